@@ -1,0 +1,339 @@
+"""Typed settings for search, targets, replay, network and training, in one place.
+
+Every setting lives in a frozen dataclass with a documented default. Defaults follow
+the SEED RL MuZero reference (``shared/reference/seed_muzero.md`` section 3, Atari
+column) except where a comment says ``paper:``: there the MuZero paper
+(Schrittwieser et al. 2020, Appendix) is followed instead, and the SEED value is named.
+
+Validation happens in ``__post_init__``; a bad value raises :class:`ConfigError` whose
+message names the field, the value and the accepted range. ``to_dict`` / ``from_dict``
+round-trip through plain JSON types so a run can save ``config.json`` in its log
+directory and a later run (resume, fine-tune, evaluation) can read it back.
+
+This module imports only the standard library.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from typing import Any, Optional
+
+
+class ConfigError(ValueError):
+    """A setting is out of range or of the wrong type."""
+
+
+def _fail(cls_name: str, field: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{cls_name}.{field}={value!r} is invalid: {allowed}")
+
+
+def _check_int(obj, field: str, lo: int, hi: Optional[int] = None) -> None:
+    value = getattr(obj, field)
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(type(obj).__name__, field, value, "must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        _fail(type(obj).__name__, field, value, f"must be an integer {rng}")
+
+
+def _check_float(obj, field: str, lo: float, hi: float = math.inf,
+                 lo_open: bool = False, hi_open: bool = False) -> None:
+    value = getattr(obj, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        _fail(type(obj).__name__, field, value, "must be a number")
+    bad_lo = value <= lo if lo_open else value < lo
+    bad_hi = value >= hi if hi_open else value > hi
+    if bad_lo or bad_hi:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        _fail(type(obj).__name__, field, value, f"must be in {left}{lo}, {hi}{right}")
+
+
+def _check_choice(obj, field: str, choices: tuple) -> None:
+    value = getattr(obj, field)
+    if value not in choices:
+        _fail(type(obj).__name__, field, value, f"must be one of {list(choices)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Monte-Carlo tree search settings (``muzero.mcts``).
+
+    pUCT, as in the MuZero pseudocode:
+      c(s) = log((N(s) + pb_c_base + 1) / pb_c_base) + pb_c_init
+      U(s, a) = c(s) * P(s, a) * sqrt(N(s) + parent_visit_offset) / (1 + N(s, a))
+      score = normalised Q(s, a) (0 for unvisited children) + U(s, a)
+    """
+
+    num_simulations: int = 50
+    pb_c_base: float = 19652.0
+    pb_c_init: float = 1.25
+    # paper: 0. SEED adds 1 to the parent's visit count inside the square root.
+    parent_visit_offset: int = 0
+    discount: float = 0.997
+    # paper: 0.25 (Atari). SEED uses 0.5.
+    dirichlet_alpha: float = 0.25
+    root_exploration_fraction: float = 0.25
+    # Known (min, max) of Q used for min-max normalisation; None learns the bounds
+    # from the tree (tic-tac-toe in SEED: (-4, 2)).
+    known_bounds: Optional[tuple[float, float]] = None
+    # Deepest node a simulation may create (root is depth 0); 0 means unlimited.
+    max_depth: int = 0
+    # Two-player zero-sum games: values alternate sign between plies.
+    two_player: bool = False
+    # Visit-count temperature for acting; 0 picks the most visited action.
+    temperature: float = 1.0
+    # Temperature multipliers keyed on the *learner's* training step (SEED keyed
+    # its schedule on the actor's own step: a bug). Before temperature_steps[i]
+    # the factor is temperature_factors[i]; after the last step, the last factor.
+    temperature_steps: tuple[int, ...] = (500_000, 750_000)
+    temperature_factors: tuple[float, ...] = (1.0, 0.5, 0.25)
+
+    def __post_init__(self):
+        _check_int(self, "num_simulations", 1, 100_000)
+        _check_float(self, "pb_c_base", 0.0, lo_open=True)
+        _check_float(self, "pb_c_init", 0.0)
+        _check_int(self, "parent_visit_offset", 0, 1)
+        _check_float(self, "discount", 0.0, 1.0, lo_open=True)
+        _check_float(self, "dirichlet_alpha", 0.0, lo_open=True)
+        _check_float(self, "root_exploration_fraction", 0.0, 1.0)
+        _check_int(self, "max_depth", 0)
+        _check_float(self, "temperature", 0.0)
+        if self.known_bounds is not None:
+            kb = tuple(self.known_bounds)
+            if len(kb) != 2 or not all(isinstance(v, (int, float)) for v in kb) or not kb[0] < kb[1]:
+                _fail("SearchConfig", "known_bounds", self.known_bounds,
+                      "must be None or a pair (low, high) with low < high")
+            object.__setattr__(self, "known_bounds", (float(kb[0]), float(kb[1])))
+        steps, factors = tuple(self.temperature_steps), tuple(self.temperature_factors)
+        if len(factors) != len(steps) + 1:
+            _fail("SearchConfig", "temperature_factors", factors,
+                  f"needs exactly len(temperature_steps)+1 = {len(steps) + 1} entries")
+        if any(b <= a for a, b in zip(steps, steps[1:])) or any(s < 0 for s in steps):
+            _fail("SearchConfig", "temperature_steps", steps, "must be non-negative and increasing")
+        if any(f < 0 for f in factors):
+            _fail("SearchConfig", "temperature_factors", factors, "must all be >= 0")
+        object.__setattr__(self, "temperature_steps", steps)
+        object.__setattr__(self, "temperature_factors", factors)
+
+    def temperature_at(self, train_step: int) -> float:
+        """Acting temperature at the learner's training step ``train_step``."""
+        for step, factor in zip(self.temperature_steps, self.temperature_factors):
+            if train_step < step:
+                return self.temperature * factor
+        return self.temperature * self.temperature_factors[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetConfig:
+    """How training targets are built from stored trajectories (``muzero.replay``)."""
+
+    # paper: K = 5. SEED's Atari setting is 10.
+    num_unroll_steps: int = 5
+    # n of the n-step value target; -1 bootstraps nothing (Monte-Carlo return).
+    td_steps: int = 10
+    discount: float = 0.997
+    # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
+    # Vector and board envs use 1.
+    stack_frames: int = 32
+
+    def __post_init__(self):
+        _check_int(self, "num_unroll_steps", 0, 1000)
+        _check_int(self, "td_steps", -1, 100_000)
+        if self.td_steps == 0:
+            _fail("TargetConfig", "td_steps", 0, "must be -1 (Monte-Carlo) or >= 1")
+        _check_float(self, "discount", 0.0, 1.0, lo_open=True)
+        _check_int(self, "stack_frames", 1, 256)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """Prioritized replay settings (``muzero.replay``)."""
+
+    # Capacity in environment steps; whole oldest segments are evicted first.
+    capacity_steps: int = 200_000
+    # Env steps per pushed segment (actors push every T steps, not only at episode end).
+    segment_length: int = 200
+    # paper: alpha = 1 and beta = 1. SEED uses 0 and 0 (uniform, no correction).
+    priority_exponent: float = 1.0
+    importance_sampling_exponent: float = 1.0
+    # Priorities are clipped below at this value so every position stays reachable.
+    min_priority: float = 1e-3
+    # Training waits until the replay holds this many env steps.
+    min_steps_to_sample: int = 1_000
+    # Samples drawn per env step inserted (the replay ratio); 0 means no limit.
+    samples_per_insert: float = 0.0
+    # Allowed slack of the rate limiter, in samples, before a side blocks.
+    samples_per_insert_tolerance: float = 10_000.0
+
+    def __post_init__(self):
+        _check_int(self, "capacity_steps", 1)
+        _check_int(self, "segment_length", 1, 100_000)
+        _check_float(self, "priority_exponent", 0.0, 10.0)
+        _check_float(self, "importance_sampling_exponent", 0.0, 1.0)
+        _check_float(self, "min_priority", 0.0, lo_open=True)
+        _check_int(self, "min_steps_to_sample", 1)
+        _check_float(self, "samples_per_insert", 0.0)
+        _check_float(self, "samples_per_insert_tolerance", 0.0)
+        if self.min_steps_to_sample > self.capacity_steps:
+            _fail("ReplayConfig", "min_steps_to_sample", self.min_steps_to_sample,
+                  f"must be <= capacity_steps ({self.capacity_steps})")
+
+
+@dataclasses.dataclass(frozen=True)
+class SupportConfig:
+    """A categorical support for values or rewards.
+
+    With ``use_transform`` the scalar x is first mapped by
+    h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps * x, then two-hot encoded over
+    ``num_bins`` evenly spaced bins covering [low, high] (in h-space).
+    """
+
+    low: float = -300.0
+    high: float = 300.0
+    num_bins: int = 601
+    use_transform: bool = True
+    eps: float = 0.001
+
+    def __post_init__(self):
+        _check_int(self, "num_bins", 2, 100_000)
+        _check_float(self, "eps", 0.0, 1.0)
+        if not self.low < self.high:
+            _fail("SupportConfig", "low", self.low, f"must be < high ({self.high})")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Network shape (``muzero.network``). The torso is chosen from the env descriptor."""
+
+    value_support: SupportConfig = SupportConfig()
+    reward_support: SupportConfig = SupportConfig()
+    # MLP torso (vector observations): width of hidden layers and latent size.
+    mlp_hidden_size: int = 128
+    mlp_num_layers: int = 2
+    latent_size: int = 64
+    # Residual conv torso (image observations). Small CPU-friendly defaults; the
+    # paper uses 256 channels and 16 blocks.
+    conv_channels: int = 64
+    conv_num_blocks: int = 2
+    # Heads: hidden width of value / reward / policy MLPs.
+    head_hidden_size: int = 64
+    jit_compile: bool = False
+
+    def __post_init__(self):
+        for name in ("value_support", "reward_support"):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, SupportConfig(**value))
+            elif not isinstance(value, SupportConfig):
+                _fail("NetworkConfig", name, value, "must be a SupportConfig")
+        _check_int(self, "mlp_hidden_size", 1)
+        _check_int(self, "mlp_num_layers", 0, 64)
+        _check_int(self, "latent_size", 1)
+        _check_int(self, "conv_channels", 1)
+        _check_int(self, "conv_num_blocks", 0, 64)
+        _check_int(self, "head_hidden_size", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """Optimiser and loss settings (``muzero.learner``)."""
+
+    batch_size: int = 64
+    # SEED: adam. paper: SGD with momentum 0.9 (and lr 0.05).
+    optimizer: str = "adam"
+    momentum: float = 0.9
+    learning_rate: float = 1e-3
+    # "constant", "cosine" (SEED Atari: CosineDecay to alpha*lr over lr_decay_steps)
+    # or "cosine_restarts" (SEED tic-tac-toe).
+    lr_schedule: str = "cosine"
+    lr_decay_steps: int = 350_000
+    lr_alpha: float = 0.01
+    weight_decay: float = 1e-5
+    # paper: 0.25 for Atari. SEED has no value-loss scale (= 1).
+    value_loss_weight: float = 0.25
+    reward_loss_weight: float = 1.0
+    policy_loss_weight: float = 1.0
+    # 0 disables global-norm gradient clipping.
+    gradient_clip_norm: float = 0.0
+    # paper: 0.5 at every recurrent step. SEED: 1.0 at the first, 0.5 after.
+    hidden_gradient_scale: float = 0.5
+    # "paper": recurrent-step losses scaled by 1/K. "seed": by 1/max(sum of masks, 1).
+    recurrent_loss_scaling: str = "paper"
+    max_train_steps: int = 1_000_000
+    checkpoint_every_secs: float = 600.0
+
+    def __post_init__(self):
+        _check_int(self, "batch_size", 1, 65_536)
+        _check_choice(self, "optimizer", ("adam", "sgd"))
+        _check_float(self, "momentum", 0.0, 1.0, hi_open=True)
+        _check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
+        _check_choice(self, "lr_schedule", ("constant", "cosine", "cosine_restarts"))
+        _check_int(self, "lr_decay_steps", 1)
+        _check_float(self, "lr_alpha", 0.0, 1.0)
+        _check_float(self, "weight_decay", 0.0, 1.0)
+        _check_float(self, "value_loss_weight", 0.0)
+        _check_float(self, "reward_loss_weight", 0.0)
+        _check_float(self, "policy_loss_weight", 0.0)
+        _check_float(self, "gradient_clip_norm", 0.0)
+        _check_float(self, "hidden_gradient_scale", 0.0, 1.0)
+        _check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
+        _check_int(self, "max_train_steps", 1)
+        _check_float(self, "checkpoint_every_secs", 0.0, lo_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class MuZeroConfig:
+    """Everything a MuZero run needs, saved as ``config.json`` in the log directory."""
+
+    search: SearchConfig = SearchConfig()
+    targets: TargetConfig = TargetConfig()
+    replay: ReplayConfig = ReplayConfig()
+    network: NetworkConfig = NetworkConfig()
+    training: TrainingConfig = TrainingConfig()
+
+    def __post_init__(self):
+        if self.search.discount != self.targets.discount:
+            _fail("MuZeroConfig", "targets.discount", self.targets.discount,
+                  f"must equal search.discount ({self.search.discount})")
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MuZeroConfig":
+        return from_dict(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "MuZeroConfig":
+        return cls.from_dict(json.loads(text))
+
+
+def to_dict(config) -> dict:
+    """A config dataclass as nested plain dicts (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def from_dict(cls, data: dict):
+    """Builds ``cls`` from nested dicts; unknown keys raise :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{cls.__name__}: expected a dict, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = from_dict(hint, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)

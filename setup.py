@@ -1,0 +1,52 @@
+"""Package metadata for the MuZero-first SEED-style planning agent.
+
+The default install is CPU-only (tensorflow-cpu). For an NVIDIA GPU, install the
+CUDA build instead; the two TensorFlow wheels must never be installed together:
+
+    pip install -e . --no-deps            # the package itself
+    pip install 'tensorflow[and-cuda]>=2.17'  # the GPU build
+    pip install -e '.[gpu]'               # remaining dependencies, skipping tensorflow-cpu
+
+See README.md, "GPU install".
+"""
+import os
+
+from setuptools import find_packages, setup
+
+_CPU_TF = "tensorflow-cpu>=2.17"
+_GPU = os.environ.get("MUZERO_TF_GPU", "") == "1"
+
+install_requires = [
+    "numpy>=2,<2.5",
+    "numba>=0.60",
+    "grpcio>=1.60",
+    "absl-py>=2.0",
+    "gymnasium>=1.0",
+    "ale-py>=0.10",
+    "tensorboard>=2.17",
+    "matplotlib>=3.8",
+]
+# With MUZERO_TF_GPU=1 the CPU wheel is left out so that `tensorflow[and-cuda]`
+# can be installed on its own; the two wheels must never sit side by side.
+if not _GPU:
+    install_requires.insert(0, _CPU_TF)
+
+setup(
+    name="muzero",
+    version="0.1.0",
+    description="MuZero-first planning agents in the SEED RL shape: Numba batched MCTS "
+    "actors, a batched gRPC inference server, prioritized replay, TensorFlow learner.",
+    long_description=open(os.path.join(os.path.dirname(__file__), "README.md")).read()
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "README.md"))
+    else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["muzero", "muzero.*", "envs", "envs.*"]),
+    install_requires=install_requires,
+    extras_require={
+        "dev": ["pytest>=8", "hypothesis>=6.100"],
+        "ray": ["ray>=2.30"],
+        "gpu": ["tensorflow[and-cuda]>=2.17"],
+    },
+    entry_points={},
+)
