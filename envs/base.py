@@ -91,3 +91,143 @@ class Env:
 
     def close(self) -> None:
         pass
+
+
+@dataclasses.dataclass
+class BatchStep:
+    """What ``EnvBatch.reset`` and ``EnvBatch.step`` return, one row per env.
+
+    After an episode ends, the env is reset at once (same step): ``observation``,
+    ``legal_mask`` and ``to_play`` then describe the *new* episode's first state,
+    while ``reward``/``terminated``/``truncated`` describe the step that ended the
+    old one, and ``episode_return``/``episode_length`` hold its totals.
+
+    Attributes:
+      observation: [E, *observation_shape]
+      reward: [E] float32, reward of the step just taken (mover's view in two-player games)
+      terminated: [E] bool, the step reached a terminal state
+      truncated: [E] bool, the episode was cut (time limit); never set together with terminated
+      legal_mask: [E, A] bool, legal actions in the state now shown
+      to_play: [E] int8, player to move in the state now shown
+      episode_return: [E] float32, the ended episode's return; NaN where no episode ended
+      episode_length: [E] int32, the ended episode's length in agent steps; -1 where none ended
+    """
+
+    observation: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    legal_mask: np.ndarray
+    to_play: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+
+class EnvBatch:
+    """E environments stepped in lockstep with automatic reset.
+
+    ``reset()`` starts all E episodes; ``step(actions [E])`` advances all of them.
+    Subclasses vectorise where they can (CartPole, tic-tac-toe, Atari through
+    ale-py's C++ vector env); :class:`LoopEnvBatch` wraps any single envs.
+    """
+
+    descriptor: EnvDescriptor
+    num_envs: int
+
+    def reset(self) -> BatchStep:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> BatchStep:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _check_actions(self, actions) -> np.ndarray:
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
+            raise ValueError(
+                f"actions must be an integer array of shape ({self.num_envs},), "
+                f"got {actions.dtype} {actions.shape}")
+        a = self.descriptor.num_actions
+        if actions.size and (actions.min() < 0 or actions.max() >= a):
+            raise ValueError(f"actions must lie in [0, {a - 1}], got min {actions.min()} max {actions.max()}")
+        return actions
+
+
+class EpisodeStats:
+    """Running per-env return and length; emits totals when episodes end."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def update(self, reward: np.ndarray, done: np.ndarray):
+        """Adds one step; returns (episode_return [E] f32 NaN if not done, episode_length [E] i32 -1 if not done)."""
+        self.returns += reward
+        self.lengths += 1
+        ep_return = np.where(done, self.returns, np.nan).astype(np.float32)
+        ep_length = np.where(done, self.lengths, -1).astype(np.int32)
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        return ep_return, ep_length
+
+    def no_episode(self):
+        e = len(self.returns)
+        return np.full(e, np.nan, np.float32), np.full(e, -1, np.int32)
+
+
+class LoopEnvBatch(EnvBatch):
+    """Steps E single :class:`Env` objects one after another.
+
+    The fallback for envs with no vectorised implementation (``gym:<ID>``). Its
+    per-step cost is E Python calls; the search's per-step cost is far larger.
+    """
+
+    def __init__(self, envs: list):
+        if not envs:
+            raise ValueError("LoopEnvBatch needs at least one env")
+        self.envs = list(envs)
+        self.descriptor = self.envs[0].descriptor
+        self.num_envs = len(self.envs)
+        self._stats = EpisodeStats(self.num_envs)
+        self._obs = None
+
+    def _current(self, obs_list, reward, terminated, truncated, ep_return, ep_length) -> BatchStep:
+        return BatchStep(
+            observation=np.stack(obs_list),
+            reward=reward, terminated=terminated, truncated=truncated,
+            legal_mask=np.stack([env.legal_mask() for env in self.envs]),
+            to_play=np.array([env.to_play() for env in self.envs], dtype=np.int8),
+            episode_return=ep_return, episode_length=ep_length)
+
+    def reset(self) -> BatchStep:
+        e = self.num_envs
+        obs = [env.reset() for env in self.envs]
+        self._stats = EpisodeStats(e)
+        return self._current(obs, np.zeros(e, np.float32), np.zeros(e, bool), np.zeros(e, bool),
+                             *self._stats.no_episode())
+
+    def step(self, actions) -> BatchStep:
+        actions = self._check_actions(actions)
+        e = self.num_envs
+        reward = np.zeros(e, np.float32)
+        terminated = np.zeros(e, bool)
+        truncated = np.zeros(e, bool)
+        obs = []
+        for i, env in enumerate(self.envs):
+            result = env.step(int(actions[i]))
+            reward[i] = result.reward
+            terminated[i] = result.terminated
+            truncated[i] = result.truncated and not result.terminated
+            obs.append(env.reset() if (result.terminated or result.truncated) else result.observation)
+        ep_return, ep_length = self._stats.update(reward, terminated | truncated)
+        return self._current(obs, reward, terminated, truncated, ep_return, ep_length)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

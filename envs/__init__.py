@@ -1,0 +1,141 @@
+"""Environments by name: ``cartpole``, ``tictactoe``, ``atari`` and ``gym:<ID>``.
+
+    envs.make(name, seed=0, **options)          -> Env (one environment)
+    envs.make_batch(name, num_envs, seed=0, **options) -> EnvBatch (E in lockstep, auto-reset)
+    envs.describe(name, **options)              -> EnvDescriptor
+
+Adding an env: write an :class:`envs.base.Env` (and, if it can be vectorised, an
+:class:`envs.base.EnvBatch`), then call :func:`register` with a factory and a
+describer. See README.md, "Adding an environment".
+
+This package imports nothing from ``muzero``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from envs.base import BatchStep, Env, EnvBatch, EnvDescriptor, LoopEnvBatch, StepResult
+
+__all__ = ["make", "make_batch", "describe", "register", "known_names", "Env", "EnvBatch",
+           "EnvDescriptor", "BatchStep", "StepResult", "LoopEnvBatch", "UnknownEnvError"]
+
+
+class UnknownEnvError(ValueError):
+    """The name is not registered."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    make: Callable[..., Env]                      # (seed, **options) -> Env
+    describe: Callable[..., EnvDescriptor]        # (**options) -> EnvDescriptor
+    make_batch: Optional[Callable[..., EnvBatch]]  # (num_envs, seed, **options) -> EnvBatch
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(name: str, make_fn, describe_fn, make_batch_fn=None) -> None:
+    """Adds an env under ``name``. ``make_batch_fn`` is optional (a loop batch is used otherwise)."""
+    if name in _REGISTRY:
+        raise ValueError(f"env {name!r} is already registered")
+    if name.startswith("gym:"):
+        raise ValueError("names starting with 'gym:' are reserved for Gymnasium ids")
+    _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn)
+
+
+def known_names() -> list[str]:
+    return sorted(_REGISTRY) + ["gym:<ID>"]
+
+
+def _no_options(name: str, options: dict) -> None:
+    if options:
+        raise ValueError(f"env {name!r} takes no options; got {sorted(options)}")
+
+
+def _entry(name: str) -> _Entry:
+    if not isinstance(name, str):
+        raise UnknownEnvError(f"env name must be a string, got {name!r}")
+    if name.startswith("gym:"):
+        env_id = name[4:]
+        if not env_id:
+            raise UnknownEnvError("gym: needs a Gymnasium id, e.g. gym:CartPole-v1 or gym:ALE/Pong-v5")
+        from envs import gym_env
+
+        def make_fn(seed=0, **options):
+            return gym_env.make_gym(env_id, seed=seed, **options)
+
+        def describe_fn(**options):
+            env = gym_env.make_gym(env_id, seed=0, **options)
+            try:
+                return env.descriptor
+            finally:
+                env.close()
+
+        return _Entry(make_fn, describe_fn, None)
+    if name not in _REGISTRY:
+        raise UnknownEnvError(f"unknown env {name!r}; known envs: {', '.join(known_names())}")
+    return _REGISTRY[name]
+
+
+def make(name: str, seed: int = 0, **options) -> Env:
+    """One environment, seeded."""
+    return _entry(name).make(seed=seed, **options)
+
+
+def describe(name: str, **options) -> EnvDescriptor:
+    """Static facts (shapes, actions, players, ranges) without stepping anything."""
+    return _entry(name).describe(**options)
+
+
+def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
+    """``num_envs`` environments in lockstep; env i is seeded with ``seed + i`` where seeds apply."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs={num_envs!r} must be an integer >= 1")
+    entry = _entry(name)
+    if entry.make_batch is not None:
+        return entry.make_batch(num_envs, seed=seed, **options)
+    return LoopEnvBatch([entry.make(seed=seed + i, **options) for i in range(num_envs)])
+
+
+def _register_builtins() -> None:
+    from envs import atari, cartpole, tictactoe
+
+    def cartpole_make(seed=0, **options):
+        _no_options("cartpole", options)
+        return cartpole.CartPole(seed=seed)
+
+    def cartpole_describe(**options):
+        _no_options("cartpole", options)
+        return cartpole.DESCRIPTOR
+
+    def cartpole_batch(num_envs, seed=0, **options):
+        _no_options("cartpole", options)
+        return cartpole.CartPoleBatch(num_envs, seed=seed)
+
+    def tictactoe_make(seed=0, **options):
+        _no_options("tictactoe", options)
+        return tictactoe.TicTacToe(seed=seed)
+
+    def tictactoe_describe(**options):
+        _no_options("tictactoe", options)
+        return tictactoe.DESCRIPTOR
+
+    def tictactoe_batch(num_envs, seed=0, **options):
+        _no_options("tictactoe", options)
+        return tictactoe.TicTacToeBatch(num_envs, seed=seed)
+
+    def atari_make(seed=0, **options):
+        options.pop("vectorized", None)
+        return atari.AtariEnv(seed=seed, **options)
+
+    def atari_describe(**options):
+        options.pop("vectorized", None)
+        return atari.describe(**options)
+
+    register("cartpole", cartpole_make, cartpole_describe, cartpole_batch)
+    register("tictactoe", tictactoe_make, tictactoe_describe, tictactoe_batch)
+    register("atari", atari_make, atari_describe, atari.make_batch)
+
+
+_register_builtins()

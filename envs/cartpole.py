@@ -1,0 +1,127 @@
+"""CartPole-v1: Gymnasium's env for single use, and a NumPy batch with the same physics.
+
+The batch integrates Gymnasium's CartPole-v1 equations (Euler, tau 0.02, force 10,
+pole half-length 0.5, masses 1.0 and 0.1) for E carts at once, with the same
+termination (|x| > 2.4 or |theta| > 12 degrees) and a 500-step truncation. Tests
+check it step for step against ``gymnasium.make("CartPole-v1")``.
+"""
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+
+from envs.base import BatchStep, Env, EnvBatch, EnvDescriptor, EpisodeStats, StepResult
+
+MAX_EPISODE_STEPS = 500
+
+DESCRIPTOR = EnvDescriptor(
+    name="cartpole",
+    observation_shape=(4,),
+    observation_dtype="float32",
+    num_actions=2,
+    kind="vector",
+    reward_range=(1.0, 1.0),
+    value_range=(0.0, float(MAX_EPISODE_STEPS)),
+    known_bounds=None,
+    max_episode_steps=MAX_EPISODE_STEPS,
+)
+
+# Gymnasium CartPole-v1 constants.
+GRAVITY = 9.8
+MASS_CART = 1.0
+MASS_POLE = 0.1
+TOTAL_MASS = MASS_CART + MASS_POLE
+HALF_LENGTH = 0.5
+POLEMASS_LENGTH = MASS_POLE * HALF_LENGTH
+FORCE_MAG = 10.0
+TAU = 0.02
+THETA_LIMIT = 12 * 2 * np.pi / 360
+X_LIMIT = 2.4
+
+
+class CartPole(Env):
+    """Gymnasium ``CartPole-v1`` (500-step time limit reported as truncation)."""
+
+    descriptor = DESCRIPTOR
+
+    def __init__(self, seed: int = 0):
+        self._env = gymnasium.make("CartPole-v1")
+        self._seed = seed
+        self._seeded = False
+
+    def reset(self) -> np.ndarray:
+        if not self._seeded:
+            obs, _ = self._env.reset(seed=self._seed)
+            self._seeded = True
+        else:
+            obs, _ = self._env.reset()
+        return np.asarray(obs, dtype=np.float32)
+
+    def step(self, action: int) -> StepResult:
+        if not 0 <= int(action) < 2:
+            raise ValueError(f"CartPole action {action!r} out of range: must be 0 or 1")
+        obs, reward, terminated, truncated, info = self._env.step(int(action))
+        return StepResult(np.asarray(obs, np.float32), float(reward), bool(terminated),
+                          bool(truncated) and not terminated, info)
+
+    @property
+    def state(self) -> np.ndarray:
+        return np.array(self._env.unwrapped.state, dtype=np.float64)
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class CartPoleBatch(EnvBatch):
+    """E CartPole-v1 carts integrated together in NumPy, reset in the same step."""
+
+    descriptor = DESCRIPTOR
+
+    def __init__(self, num_envs: int, seed: int = 0, max_episode_steps: int = MAX_EPISODE_STEPS):
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps={max_episode_steps} must be >= 1")
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self._rng = np.random.default_rng(seed)
+        self.state = np.zeros((num_envs, 4), dtype=np.float64)   # [E, (x, x_dot, theta, theta_dot)]
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._stats = EpisodeStats(num_envs)
+
+    def _new_states(self, n: int) -> np.ndarray:
+        return self._rng.uniform(-0.05, 0.05, size=(n, 4))
+
+    def _batch_step(self, reward, terminated, truncated, ep_return, ep_length) -> BatchStep:
+        e = self.num_envs
+        return BatchStep(self.state.astype(np.float32), reward, terminated, truncated,
+                         np.ones((e, 2), bool), np.zeros(e, np.int8), ep_return, ep_length)
+
+    def reset(self) -> BatchStep:
+        e = self.num_envs
+        self.state[:] = self._new_states(e)
+        self._steps[:] = 0
+        self._stats = EpisodeStats(e)
+        zeros = np.zeros(e, bool)
+        return self._batch_step(np.zeros(e, np.float32), zeros, zeros.copy(), *self._stats.no_episode())
+
+    def step(self, actions) -> BatchStep:
+        actions = self._check_actions(actions)
+        x, x_dot, theta, theta_dot = self.state.T
+        force = np.where(actions == 1, FORCE_MAG, -FORCE_MAG)
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + POLEMASS_LENGTH * theta_dot ** 2 * sin) / TOTAL_MASS
+        theta_acc = (GRAVITY * sin - cos * temp) / (
+            HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * cos ** 2 / TOTAL_MASS))
+        x_acc = temp - POLEMASS_LENGTH * theta_acc * cos / TOTAL_MASS
+        self.state = np.stack([x + TAU * x_dot, x_dot + TAU * x_acc,
+                               theta + TAU * theta_dot, theta_dot + TAU * theta_acc], axis=1)
+        self._steps += 1
+        x, theta = self.state[:, 0], self.state[:, 2]
+        terminated = (np.abs(x) > X_LIMIT) | (np.abs(theta) > THETA_LIMIT)
+        truncated = (self._steps >= self.max_episode_steps) & ~terminated
+        reward = np.ones(self.num_envs, np.float32)
+        done = terminated | truncated
+        ep_return, ep_length = self._stats.update(reward, done)
+        if np.any(done):
+            self.state[done] = self._new_states(int(done.sum()))
+            self._steps[done] = 0
+        return self._batch_step(reward, terminated, truncated, ep_return, ep_length)

@@ -1,0 +1,68 @@
+"""Config validation, temperature schedule and JSON round trip."""
+import json
+
+import pytest
+
+from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig,
+                           SupportConfig, TargetConfig, TrainingConfig)
+
+
+@pytest.mark.parametrize("cls,kwargs,needle", [
+    (SearchConfig, {"num_simulations": 0}, "SearchConfig.num_simulations=0"),
+    (SearchConfig, {"num_simulations": 2.5}, "must be an integer"),
+    (SearchConfig, {"parent_visit_offset": 2}, "in [0, 1]"),
+    (SearchConfig, {"discount": 1.5}, "SearchConfig.discount=1.5"),
+    (SearchConfig, {"discount": 0.0}, "(0.0, 1.0]"),
+    (SearchConfig, {"root_exploration_fraction": -0.1}, "root_exploration_fraction"),
+    (SearchConfig, {"known_bounds": (1.0, -1.0)}, "low < high"),
+    (SearchConfig, {"temperature_factors": (1.0,)}, "exactly len(temperature_steps)+1 = 3"),
+    (SearchConfig, {"temperature_steps": (10, 5)}, "increasing"),
+    (TargetConfig, {"td_steps": 0}, "-1 (Monte-Carlo) or >= 1"),
+    (TargetConfig, {"num_unroll_steps": -1}, "num_unroll_steps=-1"),
+    (ReplayConfig, {"capacity_steps": 10, "min_steps_to_sample": 20}, "<= capacity_steps (10)"),
+    (ReplayConfig, {"importance_sampling_exponent": 2.0}, "[0.0, 1.0]"),
+    (TrainingConfig, {"optimizer": "rmsprop"}, "one of ['adam', 'sgd']"),
+    (TrainingConfig, {"learning_rate": 0.0}, "learning_rate=0.0"),
+    (TrainingConfig, {"batch_size": True}, "must be an integer"),
+    (SupportConfig, {"low": 1.0, "high": 1.0}, "must be < high"),
+])
+def test_bad_values_name_field_and_range(cls, kwargs, needle):
+    with pytest.raises(ConfigError) as err:
+        cls(**kwargs)
+    assert needle in str(err.value)
+
+
+def test_discounts_must_agree():
+    with pytest.raises(ConfigError, match="targets.discount"):
+        MuZeroConfig(search=SearchConfig(discount=0.99), targets=TargetConfig(discount=0.997))
+
+
+def test_defaults_follow_the_documented_sources():
+    s, t, tr = SearchConfig(), TargetConfig(), TrainingConfig()
+    assert (s.pb_c_base, s.pb_c_init, s.num_simulations, s.discount) == (19652.0, 1.25, 50, 0.997)
+    assert (s.parent_visit_offset, s.dirichlet_alpha) == (0, 0.25)  # paper, not SEED (1, 0.5)
+    assert (t.td_steps, t.num_unroll_steps) == (10, 5)
+    assert (tr.batch_size, tr.learning_rate, tr.weight_decay, tr.optimizer) == (64, 1e-3, 1e-5, "adam")
+    assert NetworkConfig().value_support.num_bins == 601
+
+
+def test_temperature_schedule_uses_learner_steps():
+    s = SearchConfig(temperature=2.0, temperature_steps=(100, 200), temperature_factors=(1.0, 0.5, 0.25))
+    assert [s.temperature_at(x) for x in (0, 99, 100, 199, 200, 10**9)] == [2.0, 2.0, 1.0, 1.0, 0.5, 0.5]
+
+
+def test_json_round_trip_and_unknown_keys():
+    cfg = MuZeroConfig(search=SearchConfig(num_simulations=7, known_bounds=(-1, 1)),
+                       network=NetworkConfig(value_support=SupportConfig(-2, 1, 8, False)))
+    text = cfg.to_json()
+    again = MuZeroConfig.from_json(text)
+    assert again == cfg
+    assert again.search.known_bounds == (-1.0, 1.0)
+    data = json.loads(text)
+    data["search"]["num_simulation"] = 3
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['num_simulation'\]"):
+        MuZeroConfig.from_dict(data)
+    data = json.loads(text)
+    data["training"]["batch_size"] = 0
+    with pytest.raises(ConfigError, match="TrainingConfig.batch_size=0"):
+        MuZeroConfig.from_dict(data)
