@@ -71,3 +71,34 @@ def assemble_image_input(frames: np.ndarray, actions: np.ndarray, num_actions: i
     out[..., : t * c] = frames.transpose(0, 2, 3, 1, 4).reshape(b, h, w, t * c)
     out[..., t * c:] = action_plane_values(actions, num_actions)[:, None, None, :]
     return out
+
+
+class FrameHistory:
+    """The actor's rolling window of the last ``stack_frames`` frames per env.
+
+    Keeps ``frames [E, T, H, W, C]`` uint8 and ``actions [E, T]`` (the action that led
+    to each frame, NO_ACTION at the episode start), oldest first, so that
+    :meth:`network_input` equals what the replay assembles for the same position.
+    """
+
+    def __init__(self, num_envs: int, frame_shape: tuple, stack_frames: int, num_actions: int):
+        self.num_actions = num_actions
+        self.frames = np.zeros((num_envs, stack_frames) + tuple(frame_shape), dtype=np.uint8)
+        self.actions = np.full((num_envs, stack_frames), NO_ACTION, dtype=np.int64)
+
+    def start(self, frames: np.ndarray, envs: np.ndarray) -> None:
+        """Begins new episodes in the envs selected by ``envs`` ([E] bool) with ``frames [E, ...]``."""
+        self.frames[envs] = 0
+        self.actions[envs] = NO_ACTION
+        self.frames[envs, -1] = frames[envs]
+
+    def push(self, frames: np.ndarray, actions: np.ndarray) -> None:
+        """Appends ``frames [E, H, W, C]`` reached by taking ``actions [E]``."""
+        self.frames[:, :-1] = self.frames[:, 1:]
+        self.actions[:, :-1] = self.actions[:, 1:]
+        self.frames[:, -1] = frames
+        self.actions[:, -1] = actions
+
+    def network_input(self) -> np.ndarray:
+        """[E, H, W, T*C + T] uint8."""
+        return assemble_image_input(self.frames, self.actions, self.num_actions)

@@ -1,0 +1,306 @@
+"""The learner's prioritized MuZero replay: insert segments, sample training batches.
+
+``Replay`` wraps the trajectory store (``store``), the sum tree (``sum_tree``), the
+sample-time target builder (``targets``), the samples-per-insert limiter
+(``rate_limiter``) and snapshots (``snapshot``) behind one lock, so gRPC handler
+threads can insert while the trainer thread samples. See docs/REPLAY.md.
+
+Imports NumPy, Numba, ``envs.base``, ``muzero.config`` and ``muzero.observation``;
+never TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from envs.base import EnvDescriptor
+from muzero.config import ReplayConfig, TargetConfig, to_dict
+from muzero.observation import assemble_image_input, network_input_shape
+from muzero.replay import snapshot as snapshot_io
+from muzero.replay.rate_limiter import SampleToInsertRatio
+from muzero.replay.snapshot import SnapshotError
+from muzero.replay.store import TrajectoryStore, validate_segment
+from muzero.replay.targets import build_targets, finish_values, gather_inputs
+
+# values_fn(observation [M, *network_input_shape], index [M] int64) -> values [M] float,
+# each from the point of view of the player to move at that position.
+ValuesFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class ReplayClosedError(RuntimeError):
+    """The replay was closed while a caller waited on it (shutdown)."""
+
+
+def _descriptor_to_json(descriptor: EnvDescriptor) -> dict:
+    return {f.name: (list(v) if isinstance(v, tuple) else v)
+            for f in dataclasses.fields(descriptor) for v in [getattr(descriptor, f.name)]}
+
+
+def _descriptor_from_json(data: dict) -> EnvDescriptor:
+    return EnvDescriptor(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+
+
+class Replay:
+    """Prioritized replay of env-step positions with sample-time targets.
+
+    Args:
+      descriptor: the env's static facts (observation shape/dtype, actions, kind).
+      replay_config: capacity, priority exponents, warm-up and replay ratio.
+      target_config: K, n-step, discount and frames stacked for image envs.
+      seed: seeds the sampling generator (positions and padded actions).
+    """
+
+    def __init__(self, descriptor: EnvDescriptor, replay_config: ReplayConfig,
+                 target_config: TargetConfig, seed: int):
+        self.descriptor = descriptor
+        self.replay_config = replay_config
+        self.target_config = target_config
+        self.seed = int(seed)
+        self.is_image = descriptor.is_image
+        self.stack_frames = target_config.stack_frames if self.is_image else 1
+        self.input_shape = network_input_shape(tuple(descriptor.observation_shape), self.is_image,
+                                               self.stack_frames)
+        self._store = TrajectoryStore(descriptor, replay_config.capacity_steps,
+                                      history=self.stack_frames if self.is_image else 0,
+                                      priority_exponent=replay_config.priority_exponent,
+                                      min_priority=replay_config.min_priority)
+        self._limiter = SampleToInsertRatio(replay_config.samples_per_insert,
+                                            replay_config.min_steps_to_sample,
+                                            replay_config.samples_per_insert_tolerance)
+        self._rng = np.random.default_rng(self.seed)
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+
+    # ------------------------------------------------------------------ waiting
+    def _wait_for(self, predicate, timeout: Optional[float], what: str) -> None:
+        """Waits (lock held) until predicate() holds; raises on close or timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise ReplayClosedError(f"replay closed while waiting to {what}")
+            if predicate():
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"replay: could not {what} within {timeout} s "
+                                   f"(rate limiter: {self._limiter.state()}, "
+                                   f"stored steps {self._store.num_steps})")
+            self._cond.wait(remaining)
+
+    def close(self) -> None:
+        """Wakes every waiting insert/sample with ReplayClosedError; later ones raise too."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, segment: dict, timeout: Optional[float] = None) -> None:
+        """Stores one segment (see docs/REPLAY.md for the fields).
+
+        Waits while the rate limiter holds inserts back (only with
+        samples_per_insert > 0), at most ``timeout`` seconds (None: until allowed or
+        closed). Raises ValueError naming the field of a malformed segment,
+        TimeoutError, or ReplayClosedError.
+        """
+        seg = validate_segment(segment, self.descriptor, self._store.capacity)
+        with self._cond:
+            self._wait_for(self._limiter.can_insert, timeout, "insert a segment")
+            self._store.insert(seg)
+            self._limiter.record_insert(seg["observations"].shape[0])
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ sample
+    def _check_batch_size(self, batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+        self._limiter.check_batch_size(int(batch_size))
+
+    def _sample_allowed(self, batch_size: int) -> bool:
+        return (self._store.tree.total > 0.0
+                and self._limiter.can_sample(batch_size, self._store.num_steps))
+
+    def can_sample(self, batch_size: int = 1) -> bool:
+        """True when a batch of this size may be sampled now (never blocks)."""
+        self._check_batch_size(batch_size)
+        with self._cond:
+            return not self._closed and self._sample_allowed(batch_size)
+
+    def wait_until_can_sample(self, batch_size: int, timeout: Optional[float]) -> bool:
+        """Waits up to ``timeout`` s; True when sampling is allowed, False on timeout or close."""
+        self._check_batch_size(batch_size)
+        with self._cond:
+            try:
+                self._wait_for(lambda: self._sample_allowed(batch_size), timeout, "sample")
+            except (TimeoutError, ReplayClosedError):
+                return False
+            return True
+
+    def sample(self, batch_size: int, values_fn: Optional[ValuesFn] = None,
+               timeout: Optional[float] = None) -> dict:
+        """Samples positions in proportion to priority ** alpha and builds their targets.
+
+        Waits for warm-up and the rate limiter, at most ``timeout`` s (None: until
+        allowed or closed; TimeoutError / ReplayClosedError otherwise).
+
+        ``values_fn`` is the reanalyse hook: called once per batch, outside the lock, as
+        ``values_fn(observation [M, *input_shape], index [M] int64) -> [M] values`` for
+        the M distinct positions the value targets bootstrap from (a value from the
+        point of view of the player to move there); those values replace the stored
+        root values in the n-step targets.
+
+        Returns a dict (B = batch_size, K = num_unroll_steps, A = num_actions):
+          observation [B, *input_shape] (uint8 stack + action planes for images),
+          actions [B, K] int32, target_value / target_reward [B, K+1] f32,
+          target_policy [B, K+1, A] f32, value_mask / reward_mask / policy_mask
+          [B, K+1] f32, importance_weight [B] f32, index [B] int64.
+        """
+        self._check_batch_size(batch_size)
+        tc, store = self.target_config, self._store
+        with self._cond:
+            self._wait_for(lambda: self._sample_allowed(batch_size), timeout, "sample")
+            total = store.tree.total
+            slots = store.tree.sample(self._rng.random(batch_size))  # [B]
+            probs = store.tree.leaves()[slots] / total  # [B]
+            index = store.global_index(slots)
+            num_sampleable = store.num_sampleable
+            parts = build_targets(store, slots, tc.num_unroll_steps, tc.td_steps, tc.discount,
+                                  self._rng)
+            frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
+            boot = parts["boot_slot"]  # [B, K+1]
+            has_boot = boot >= 0
+            if values_fn is None:
+                boot_values = np.where(has_boot, store.root_values[np.maximum(boot, 0)], 0.0)
+            else:
+                boot_unique, boot_inverse = np.unique(boot[has_boot], return_inverse=True)
+                boot_frames, boot_actions = gather_inputs(store, boot_unique, self.stack_frames,
+                                                          self.is_image)
+                boot_index = store.global_index(boot_unique)
+            self._limiter.record_sample(batch_size)
+            self._cond.notify_all()
+
+        if values_fn is not None:
+            boot_obs = self._assemble(boot_frames, boot_actions)
+            fresh = np.asarray(values_fn(boot_obs, boot_index), dtype=np.float64)
+            if fresh.shape != boot_unique.shape or not np.all(np.isfinite(fresh)):
+                raise ValueError(f"values_fn must return {boot_unique.shape[0]} finite values "
+                                 f"(shape {boot_unique.shape}), got shape {fresh.shape}")
+            boot_values = np.zeros(boot.shape, np.float64)
+            boot_values[has_boot] = fresh[boot_inverse.reshape(-1)]
+        beta = self.replay_config.importance_sampling_exponent
+        weights = np.power(num_sampleable * probs, -beta)
+        weights /= weights.max()
+        return {
+            "observation": self._assemble(frames, frame_actions),
+            "actions": parts["actions"],
+            "target_value": finish_values(parts, boot_values),
+            "target_reward": parts["target_reward"],
+            "target_policy": parts["target_policy"],
+            "value_mask": parts["value_mask"],
+            "reward_mask": parts["reward_mask"],
+            "policy_mask": parts["policy_mask"],
+            "importance_weight": weights.astype(np.float32),
+            "index": index.astype(np.int64),
+        }
+
+    def _assemble(self, frames: np.ndarray, frame_actions: Optional[np.ndarray]) -> np.ndarray:
+        if not self.is_image:
+            return frames
+        return assemble_image_input(frames, frame_actions, self.descriptor.num_actions)
+
+    # ------------------------------------------------------------------ priorities, sizes
+    def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> int:
+        """Sets priorities ([B] >= 0) of sampled positions ([B] int64 from ``sample``).
+
+        Positions evicted since they were sampled are skipped; returns how many were set.
+        """
+        with self._cond:
+            return self._store.update_priorities(index, priorities)
+
+    @property
+    def num_steps(self) -> int:
+        """Env steps stored now."""
+        with self._cond:
+            return self._store.num_steps
+
+    @property
+    def bytes_used(self) -> int:
+        """Bytes of the storage rows holding live steps and segments (see docs/REPLAY.md)."""
+        with self._cond:
+            return self._store.bytes_used
+
+    @property
+    def bytes_allocated(self) -> int:
+        """Bytes of all preallocated storage, live or not, sum tree included."""
+        return self._store.bytes_allocated
+
+    def stats(self) -> dict:
+        """Counters for summaries: fill, inserts, samples, priorities."""
+        with self._cond:
+            s = self._store
+            return {"num_steps": s.num_steps, "num_segments": s.num_segments,
+                    "num_episodes": len(s.episodes), "num_sampleable": s.num_sampleable,
+                    "inserted_steps": self._limiter.inserted, "sampled": self._limiter.sampled,
+                    "bytes_used": s.bytes_used, "bytes_allocated": s.bytes_allocated,
+                    "max_priority": s.max_priority, "fill": s.num_steps / s.capacity}
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self, directory: str) -> None:
+        """Writes the whole replay (data, priorities, counters, RNG) atomically to ``directory``.
+
+        Holds the lock while writing, so inserts and samples wait until it is done.
+        """
+        with self._cond:
+            arrays, counters = self._store.state()
+            meta = {"descriptor": _descriptor_to_json(self.descriptor),
+                    "replay_config": to_dict(self.replay_config),
+                    "target_config": to_dict(self.target_config),
+                    "seed": self.seed, "store": counters, "limiter": self._limiter.state(),
+                    "rng": self._rng.bit_generator.state}
+            snapshot_io.write_snapshot(directory, arrays, meta)
+
+    @classmethod
+    def restore(cls, directory: str, replay_config: Optional[ReplayConfig] = None,
+                target_config: Optional[TargetConfig] = None) -> "Replay":
+        """A new Replay from a snapshot; raises SnapshotError if it is missing or corrupted.
+
+        ``replay_config`` / ``target_config`` override the saved ones (e.g. a new
+        td_steps); the capacity must stay the same.
+        """
+        arrays, meta = snapshot_io.read_snapshot(directory)
+        try:
+            descriptor = _descriptor_from_json(meta["descriptor"])
+            rc = replay_config or ReplayConfig(**{k: v for k, v in meta["replay_config"].items()})
+            tc = target_config or TargetConfig(**meta["target_config"])
+            replay = cls(descriptor, rc, tc, meta["seed"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SnapshotError(f"replay snapshot {directory!r} has unusable metadata: {e}") from e
+        replay._load(arrays, meta, directory)
+        return replay
+
+    def load(self, directory: str) -> None:
+        """Replaces this replay's contents with a snapshot of the same env and capacity."""
+        arrays, meta = snapshot_io.read_snapshot(directory)
+        saved = meta.get("descriptor")
+        if saved != _descriptor_to_json(self.descriptor):
+            raise SnapshotError(f"replay snapshot {directory!r} is for env {saved}, "
+                                f"not {_descriptor_to_json(self.descriptor)}")
+        self._load(arrays, meta, directory)
+
+    def _load(self, arrays: dict, meta: dict, directory: str) -> None:
+        saved_capacity = meta["replay_config"]["capacity_steps"]
+        if saved_capacity != self._store.capacity:
+            raise SnapshotError(f"replay snapshot {directory!r} has capacity_steps={saved_capacity}; "
+                                f"this replay has {self._store.capacity} (they must match)")
+        with self._cond:
+            try:
+                self._store.load_state(arrays, meta["store"])
+                self._limiter.load_state(meta["limiter"])
+                self._rng.bit_generator.state = meta["rng"]
+            except (KeyError, TypeError, ValueError) as e:
+                raise SnapshotError(f"replay snapshot {directory!r} does not fit this replay: {e}") from e
+            self._cond.notify_all()

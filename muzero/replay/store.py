@@ -1,0 +1,377 @@
+"""Trajectory storage for the replay: segments in a ring of env steps, chained by episode.
+
+Layout (``C = capacity_steps``, ``A = num_actions``). Every stored env step owns one
+*slot*. Steps get consecutive *global indices* (0, 1, 2, ... over the whole run) in
+insertion order and step ``g`` lives in slot ``g % C``; the live steps are the
+global range ``[tail, head)``. A segment occupies a consecutive run of global
+indices, so eviction of whole oldest segments is a FIFO over that range. The global
+index is what ``sample`` returns as ``index`` and what ``update_priorities`` takes;
+an index whose step was evicted since is recognised (it is below ``tail``) and
+ignored.
+
+Per-step arrays (slot-indexed)::
+
+    observations  [C + 1, *obs_shape]  env dtype (uint8 frames); row C is all zeros
+    actions       [C] int32            a_t
+    rewards       [C] float32          reward after a_t, mover's point of view
+    root_values   [C] float32          search value at o_t, to_play[t]'s point of view
+    policies      [C, A] float32       visit distribution at o_t
+    to_play       [C] int8
+    legal_masks   [C, A] bool          only when the env has legal masks
+    priorities    [C] float32          raw priority (before the exponent alpha)
+    sampleable    [C] bool             False while the frame history is incomplete
+    slot_segment  [C] int32            row of the segment table holding the slot
+
+Segment table (row = segment id % C; at most C live segments since each has >= 1
+step): ``seg_episode, seg_start, seg_length, seg_first_slot, seg_prev, seg_next``
+(int64; prev/next are segment ids, -1 for none) and ``seg_end`` (int8: 0 open,
+1 terminated, 2 truncated). Segments of one episode are linked through prev/next so
+stacking and n-step targets cross segment borders. A link to a segment id below
+``seg_tail`` points at an evicted segment and counts as absent.
+
+When the oldest segment of an episode is evicted while later ones remain, the
+first ``history`` positions of what remains lose frames they need for their
+stacked input; they become unsampleable (leaf weight 0). ``history`` is
+``stack_frames`` for image envs (frames t-S+1..t and the actions a_{t-S}..a_{t-1}
+that led to them) and 0 otherwise.
+
+Imports NumPy, Numba (through ``sum_tree``) and ``envs.base``; never TensorFlow.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from envs.base import EnvDescriptor
+from muzero.replay.sum_tree import SumTree
+
+END_OPEN, END_TERMINATED, END_TRUNCATED = 0, 1, 2
+
+_REQUIRED = ("episode_id", "start", "observations", "actions", "rewards", "root_values",
+             "policies", "to_play", "terminated", "truncated")
+_OPTIONAL = ("legal_masks", "priorities")
+_SEG_FIELDS = ("seg_episode", "seg_start", "seg_length", "seg_first_slot", "seg_prev", "seg_next")
+
+
+def _scalar(segment: dict, name: str, kind: str):
+    value = np.asarray(segment[name])
+    if value.shape != ():
+        raise ValueError(f"segment field '{name}' must be a scalar, got shape {value.shape}")
+    if kind == "int" and value.dtype.kind not in "iu":
+        raise ValueError(f"segment field '{name}' must be an integer, got dtype {value.dtype}")
+    if kind == "bool" and value.dtype != np.bool_:
+        raise ValueError(f"segment field '{name}' must be a bool, got dtype {value.dtype}")
+    return value.item()
+
+
+def _array(segment: dict, name: str, shape: tuple, kinds: str) -> np.ndarray:
+    value = segment[name]
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"segment field '{name}' must be a numpy array, got {type(value).__name__}")
+    if value.shape != shape:
+        raise ValueError(f"segment field '{name}' has shape {value.shape}, expected {shape}")
+    if value.dtype.kind not in kinds:
+        raise ValueError(f"segment field '{name}' has dtype {value.dtype}, expected kind in '{kinds}'")
+    if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        raise ValueError(f"segment field '{name}' holds non-finite values")
+    return value
+
+
+def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) -> dict:
+    """Checks a pushed segment and returns its fields, converted to storage dtypes.
+
+    Raises ValueError naming the first bad field.
+    """
+    if not isinstance(segment, dict):
+        raise ValueError(f"a segment must be a dict of numpy arrays, got {type(segment).__name__}")
+    missing = [k for k in _REQUIRED if k not in segment]
+    if missing:
+        raise ValueError(f"segment is missing field(s) {missing}")
+    unknown = sorted(set(segment) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise ValueError(f"segment has unknown field(s) {unknown}; known: {sorted(_REQUIRED + _OPTIONAL)}")
+    episode_id = _scalar(segment, "episode_id", "int")
+    start = _scalar(segment, "start", "int")
+    if start < 0:
+        raise ValueError(f"segment field 'start'={start} must be >= 0")
+    terminated = _scalar(segment, "terminated", "bool")
+    truncated = _scalar(segment, "truncated", "bool")
+    if terminated and truncated:
+        raise ValueError("segment fields 'terminated' and 'truncated' are both True; at most one may be")
+    obs = segment["observations"]
+    if not isinstance(obs, np.ndarray) or obs.ndim < 1:
+        raise ValueError("segment field 'observations' must be a numpy array [T, *obs_shape]")
+    t = obs.shape[0]
+    if not 1 <= t <= capacity:
+        raise ValueError(f"segment field 'observations' has T={t} steps; T must be in [1, {capacity}]")
+    num_actions = descriptor.num_actions
+    obs_shape = (t,) + tuple(descriptor.observation_shape)
+    if obs.shape != obs_shape or obs.dtype != np.dtype(descriptor.observation_dtype):
+        raise ValueError(f"segment field 'observations' is {obs.shape} {obs.dtype}, expected "
+                         f"{obs_shape} {descriptor.observation_dtype}")
+    actions = _array(segment, "actions", (t,), "iu")
+    if actions.min() < 0 or actions.max() >= num_actions:
+        raise ValueError(f"segment field 'actions' must lie in [0, {num_actions}), got "
+                         f"[{actions.min()}, {actions.max()}]")
+    rewards = _array(segment, "rewards", (t,), "f")
+    root_values = _array(segment, "root_values", (t,), "f")
+    policies = _array(segment, "policies", (t, num_actions), "f")
+    if policies.min() < 0 or np.max(np.abs(policies.sum(axis=1) - 1.0)) > 1e-3:
+        raise ValueError("segment field 'policies' rows must be non-negative and sum to 1 (tolerance 1e-3)")
+    to_play = _array(segment, "to_play", (t,), "iu")
+    max_player = 1 if descriptor.two_player else 0
+    if to_play.min() < 0 or to_play.max() > max_player:
+        raise ValueError(f"segment field 'to_play' must lie in [0, {max_player}], got "
+                         f"[{to_play.min()}, {to_play.max()}]")
+    out = dict(episode_id=int(episode_id), start=int(start), terminated=bool(terminated),
+               truncated=bool(truncated), observations=obs, actions=actions.astype(np.int32),
+               rewards=rewards.astype(np.float32), root_values=root_values.astype(np.float32),
+               policies=policies.astype(np.float32), to_play=to_play.astype(np.int8),
+               legal_masks=None, priorities=None)
+    if segment.get("legal_masks") is not None:
+        masks = _array(segment, "legal_masks", (t, num_actions), "b")
+        if not np.all(masks.any(axis=1)):
+            raise ValueError("segment field 'legal_masks' has a step with no legal action")
+        out["legal_masks"] = masks
+    if segment.get("priorities") is not None:
+        prio = _array(segment, "priorities", (t,), "f")
+        if prio.min() < 0:
+            raise ValueError(f"segment field 'priorities' must be >= 0, got min {prio.min()}")
+        out["priorities"] = prio.astype(np.float32)
+    return out
+
+
+class TrajectoryStore:
+    """Segments, chaining, FIFO eviction, priorities and byte accounting (not thread-safe).
+
+    Args:
+      descriptor: the env's static facts.
+      capacity: C, the number of env steps held.
+      history: past steps a position needs stored to be sampleable (see module doc).
+      priority_exponent: alpha; leaf weight = max(priority, min_priority) ** alpha.
+      min_priority: lower clip of priorities.
+    """
+
+    def __init__(self, descriptor: EnvDescriptor, capacity: int, history: int,
+                 priority_exponent: float, min_priority: float):
+        c, a = int(capacity), int(descriptor.num_actions)
+        self.descriptor = descriptor
+        self.capacity = c
+        self.history = int(history)
+        self.alpha = float(priority_exponent)
+        self.min_priority = float(min_priority)
+        self.observations = np.zeros((c + 1,) + tuple(descriptor.observation_shape),
+                                     dtype=np.dtype(descriptor.observation_dtype))
+        self.actions = np.zeros(c, np.int32)
+        self.rewards = np.zeros(c, np.float32)
+        self.root_values = np.zeros(c, np.float32)
+        self.policies = np.zeros((c, a), np.float32)
+        self.to_play = np.zeros(c, np.int8)
+        self.legal_masks = np.ones((c, a), np.bool_) if descriptor.has_legal_mask else None
+        self.priorities = np.zeros(c, np.float32)
+        self.sampleable = np.zeros(c, np.bool_)
+        self.slot_segment = np.zeros(c, np.int32)
+        for name in _SEG_FIELDS:
+            setattr(self, name, np.full(c, -1, np.int64))
+        self.seg_end = np.zeros(c, np.int8)
+        self.tree = SumTree(c)
+        self.head = 0          # global index of the next step to insert
+        self.tail = 0          # global index of the oldest stored step
+        self.seg_head = 0      # id of the next segment
+        self.seg_tail = 0      # id of the oldest stored segment
+        self.max_priority = 1.0
+        self.num_sampleable = 0
+        self.inserted_steps = 0
+        # episode_id -> [id of its newest stored segment, first stored step of its chain]
+        self.episodes: dict[int, list] = {}
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_steps(self) -> int:
+        return self.head - self.tail
+
+    @property
+    def num_segments(self) -> int:
+        return self.seg_head - self.seg_tail
+
+    def bytes_per_step(self) -> int:
+        """Bytes of one stored step across the per-step arrays, including its sum-tree leaf."""
+        per = sum(arr[0].nbytes for arr in self._step_arrays())
+        return int(per + self.tree.tree.itemsize)
+
+    def bytes_per_segment(self) -> int:
+        return int(sum(getattr(self, n).itemsize for n in _SEG_FIELDS) + self.seg_end.itemsize)
+
+    @property
+    def bytes_used(self) -> int:
+        """Bytes of the array rows that hold live steps and live segment records."""
+        return self.num_steps * self.bytes_per_step() + self.num_segments * self.bytes_per_segment()
+
+    @property
+    def bytes_allocated(self) -> int:
+        """Bytes of every preallocated array (live or not), sum tree included."""
+        seg = sum(getattr(self, n).nbytes for n in _SEG_FIELDS) + self.seg_end.nbytes
+        return int(sum(arr.nbytes for arr in self._step_arrays()) + seg + self.tree.nbytes)
+
+    def _step_arrays(self):
+        arrays = [self.observations, self.actions, self.rewards, self.root_values, self.policies,
+                  self.to_play, self.priorities, self.sampleable, self.slot_segment]
+        if self.legal_masks is not None:
+            arrays.append(self.legal_masks)
+        return arrays
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, seg: dict) -> None:
+        """Stores a validated segment (output of :func:`validate_segment`)."""
+        c, t = self.capacity, seg["observations"].shape[0]
+        episode_id, start = seg["episode_id"], seg["start"]
+        entry = self.episodes.get(episode_id)
+        if entry is not None:
+            row = entry[0] % c
+            if self.seg_end[row] != END_OPEN:
+                how = "terminated" if self.seg_end[row] == END_TERMINATED else "truncated"
+                raise ValueError(f"segment for episode_id={episode_id} with start={start} arrived after "
+                                 f"the episode {how} at step {self.seg_start[row] + self.seg_length[row]}")
+            expected = int(self.seg_start[row] + self.seg_length[row])
+            if start != expected:
+                raise ValueError(f"segment field 'start'={start} for episode_id={episode_id} does not "
+                                 f"continue the stored episode; expected start={expected}")
+        while self.num_steps + t > c:
+            self._evict_oldest()
+        entry = self.episodes.get(episode_id)  # eviction may have removed the predecessor
+        prev_id = entry[0] if entry is not None else -1
+        chain_first = entry[1] if entry is not None else start
+
+        seg_id, row = self.seg_head, self.seg_head % c
+        slots = (self.head + np.arange(t, dtype=np.int64)) % c  # [T]
+        self.observations[slots] = seg["observations"]
+        self.actions[slots] = seg["actions"]
+        self.rewards[slots] = seg["rewards"]
+        self.root_values[slots] = seg["root_values"]
+        self.policies[slots] = seg["policies"]
+        self.to_play[slots] = seg["to_play"]
+        if self.legal_masks is not None:
+            self.legal_masks[slots] = True if seg["legal_masks"] is None else seg["legal_masks"]
+        if seg["priorities"] is None:
+            prio = np.full(t, self.max_priority, np.float32)
+        else:
+            prio = np.maximum(seg["priorities"], np.float32(self.min_priority))
+            self.max_priority = max(self.max_priority, float(prio.max()))
+        self.priorities[slots] = prio
+        steps = start + np.arange(t, dtype=np.int64)
+        ok = (chain_first == 0) | (steps >= chain_first + self.history)  # [T]
+        self.sampleable[slots] = ok
+        self.num_sampleable += int(ok.sum())
+        self.tree.set(slots, np.where(ok, self._weights(prio), 0.0))
+        self.slot_segment[slots] = row
+
+        self.seg_episode[row] = episode_id
+        self.seg_start[row] = start
+        self.seg_length[row] = t
+        self.seg_first_slot[row] = self.head % c
+        self.seg_prev[row] = prev_id
+        self.seg_next[row] = -1
+        self.seg_end[row] = (END_TERMINATED if seg["terminated"] else
+                             END_TRUNCATED if seg["truncated"] else END_OPEN)
+        if prev_id >= 0:
+            self.seg_next[prev_id % c] = seg_id
+        self.episodes[episode_id] = [seg_id, chain_first]
+        self.head += t
+        self.seg_head += 1
+        self.inserted_steps += t
+
+    def _weights(self, priorities: np.ndarray) -> np.ndarray:
+        return np.power(priorities.astype(np.float64), self.alpha)
+
+    def _evict_oldest(self) -> None:
+        c = self.capacity
+        seg_id, row = self.seg_tail, self.seg_tail % c
+        length = int(self.seg_length[row])
+        slots = (self.seg_first_slot[row] + np.arange(length, dtype=np.int64)) % c
+        self.num_sampleable -= int(self.sampleable[slots].sum())
+        self.sampleable[slots] = False
+        self.tree.set(slots, np.zeros(length))
+        episode_id = int(self.seg_episode[row])
+        next_id = int(self.seg_next[row])
+        self.tail += length
+        self.seg_tail += 1
+        if next_id < 0:
+            entry = self.episodes.get(episode_id)
+            if entry is not None and entry[0] == seg_id:
+                del self.episodes[episode_id]
+            return
+        # The episode lives on in later segments whose first positions lose their history.
+        chain_first = int(self.seg_start[next_id % c])
+        self.episodes[episode_id][1] = chain_first
+        limit = chain_first + self.history
+        sid = next_id
+        while sid >= 0 and self.seg_start[sid % c] < limit:
+            r = sid % c
+            count = int(min(self.seg_length[r], limit - self.seg_start[r]))
+            lost = (self.seg_first_slot[r] + np.arange(count, dtype=np.int64)) % c
+            self.num_sampleable -= int(self.sampleable[lost].sum())
+            self.sampleable[lost] = False
+            self.tree.set(lost, np.zeros(count))
+            sid = int(self.seg_next[r])
+
+    # ------------------------------------------------------------------ priorities
+    def global_index(self, slots: np.ndarray) -> np.ndarray:
+        """[B] slots of live steps -> [B] int64 global indices."""
+        c = self.capacity
+        return self.tail + (np.asarray(slots, np.int64) - self.tail % c) % c
+
+    def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> int:
+        """Sets raw priorities of live global indices; returns how many were live."""
+        index = np.asarray(index)
+        priorities = np.asarray(priorities)
+        if index.ndim != 1 or index.dtype.kind not in "iu":
+            raise ValueError(f"index must be a [B] integer array, got {index.shape} {index.dtype}")
+        if priorities.shape != index.shape:
+            raise ValueError(f"priorities shape {priorities.shape} must equal index shape {index.shape}")
+        if priorities.size and not (np.all(np.isfinite(priorities)) and priorities.min() >= 0):
+            raise ValueError("priorities must be finite and >= 0")
+        live = (index >= self.tail) & (index < self.head)
+        index = index[live].astype(np.int64)
+        if index.size == 0:
+            return 0
+        slots = index % self.capacity
+        prio = np.maximum(priorities[live].astype(np.float32), np.float32(self.min_priority))
+        self.priorities[slots] = prio
+        self.max_priority = max(self.max_priority, float(prio.max()))
+        self.tree.set(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
+        return int(index.size)
+
+    # ------------------------------------------------------------------ state
+    _COUNTERS = ("head", "tail", "seg_head", "seg_tail", "max_priority", "num_sampleable",
+                 "inserted_steps")
+
+    def array_fields(self) -> list:
+        names = ["observations", "actions", "rewards", "root_values", "policies", "to_play",
+                 "priorities", "sampleable", "slot_segment", "seg_end", *_SEG_FIELDS]
+        if self.legal_masks is not None:
+            names.append("legal_masks")
+        return names
+
+    def state(self) -> tuple[dict, dict]:
+        """(arrays by name, JSON-able counters): everything needed to rebuild this store.
+
+        The sum tree is not part of the state: it is a pure function of the raw
+        priorities, the sampleable flags and alpha, and is rebuilt on load.
+        """
+        arrays = {name: getattr(self, name) for name in self.array_fields()}
+        counters = {name: getattr(self, name) for name in self._COUNTERS}
+        counters["episodes"] = [[k, v[0], v[1]] for k, v in self.episodes.items()]
+        return arrays, counters
+
+    def load_state(self, arrays: dict, counters: dict) -> None:
+        for name in self.array_fields():
+            target, source = getattr(self, name), arrays[name]
+            if source.shape != target.shape or source.dtype != target.dtype:
+                raise ValueError(f"snapshot array '{name}' is {source.shape} {source.dtype}, "
+                                 f"expected {target.shape} {target.dtype}")
+            target[...] = source
+        for name in self._COUNTERS:
+            setattr(self, name, type(getattr(self, name))(counters[name]))
+        self.episodes = {int(k): [int(s), int(f)] for k, s, f in counters["episodes"]}
+        self.tree.tree[:] = 0.0
+        self.tree.leaves()[:] = np.where(self.sampleable, self._weights(self.priorities), 0.0)
+        self.tree.rebuild()

@@ -1,0 +1,221 @@
+"""Replay snapshots (round trip, corruption, atomicity), rate limiter and thread safety."""
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from envs.base import EnvDescriptor
+from muzero.config import ReplayConfig, TargetConfig
+from muzero.replay import Replay, ReplayClosedError, SnapshotError
+from muzero.replay import snapshot as snapshot_io
+
+IMAGE = EnvDescriptor("img", (6, 6, 1), "uint8", 4, kind="image", frame_layout="HWC")
+VECTOR = EnvDescriptor("vec", (3,), "float32", 2)
+
+
+def random_segment(descriptor, rng, episode_id, start, t, terminated=False):
+    a = descriptor.num_actions
+    policies = rng.random((t, a)).astype(np.float32)
+    policies /= policies.sum(axis=1, keepdims=True)
+    if descriptor.is_image:
+        obs = rng.integers(0, 256, (t,) + descriptor.observation_shape, dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((t,) + descriptor.observation_shape).astype(np.float32)
+    return dict(episode_id=np.int64(episode_id), start=np.int64(start), observations=obs,
+                actions=rng.integers(0, a, t).astype(np.int32),
+                rewards=rng.standard_normal(t).astype(np.float32),
+                root_values=rng.standard_normal(t).astype(np.float32), policies=policies,
+                to_play=np.zeros(t, np.int8), priorities=rng.random(t).astype(np.float32) + 0.1,
+                terminated=np.bool_(terminated), truncated=np.bool_(False))
+
+
+def filled_replay(capacity=60, seed=3):
+    rc = ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1, priority_exponent=0.7,
+                      importance_sampling_exponent=0.5)
+    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=4), seed)
+    rng = np.random.default_rng(seed)
+    for k in range(9):  # 3 interleaved episodes of 3 segments of 8 steps: wraps the ring
+        rep.insert(random_segment(IMAGE, rng, k % 3, (k // 3) * 8, 8, terminated=k >= 6))
+    return rep
+
+
+def assert_same_batch(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_snapshot_round_trip_restores_identical_samples(tmp_path):
+    rep = filled_replay()
+    first = rep.sample(16)
+    rep.update_priorities(first["index"], np.linspace(0.5, 5.0, 16).astype(np.float32))
+    rep.snapshot(str(tmp_path / "snap"))
+    expected = [rep.sample(32) for _ in range(3)]
+    restored = Replay.restore(str(tmp_path / "snap"))
+    assert restored.num_steps == rep.num_steps and restored.stats()["sampled"] == 16
+    for batch in expected:
+        assert_same_batch(batch, restored.sample(32))
+    # both go on identically after the same insert
+    seg = random_segment(IMAGE, np.random.default_rng(9), 11, 0, 5)
+    rep.insert(dict(seg))
+    restored.insert(dict(seg))
+    assert_same_batch(rep.sample(32), restored.sample(32))
+    # in-place load into an existing replay of the same env and capacity
+    other = filled_replay(seed=4)
+    other.load(str(tmp_path / "snap"))
+    assert_same_batch(expected[0], other.sample(32))
+
+
+def test_corrupted_or_partial_snapshot_raises_and_previous_still_loads(tmp_path, monkeypatch):
+    rep = filled_replay()
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    rep.snapshot(good)
+    rep.snapshot(bad)
+    # flip one byte in the middle of the frames
+    path = os.path.join(bad, "observations.npy")
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(SnapshotError, match="SHA-256"):
+        Replay.restore(bad)
+    # a truncated file
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(SnapshotError, match="partial or corrupted"):
+        Replay.restore(bad)
+    # no manifest: what an interrupted copy would leave
+    os.remove(os.path.join(bad, "manifest.json"))
+    with pytest.raises(SnapshotError, match="incomplete"):
+        Replay.restore(bad)
+    with pytest.raises(SnapshotError, match="no replay snapshot"):
+        Replay.restore(str(tmp_path / "missing"))
+    # a write that dies half way leaves the earlier snapshot under the same name intact
+    real_save = np.save
+    calls = []
+
+    def failing_save(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("disk full (simulated)")
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_io.np, "save", failing_save)
+    rep.insert(random_segment(IMAGE, np.random.default_rng(1), 7, 0, 4))
+    with pytest.raises(OSError, match="disk full"):
+        rep.snapshot(good)
+    monkeypatch.setattr(snapshot_io.np, "save", real_save)
+    assert sorted(os.listdir(tmp_path)) == ["bad", "good"]  # no temporary left behind
+    restored = Replay.restore(good)
+    assert restored.num_steps == 56 and restored.stats()["inserted_steps"] == 72
+    # overwriting an existing snapshot replaces it
+    rep.snapshot(good)
+    assert Replay.restore(good).stats()["inserted_steps"] == 76
+
+
+def limited_replay(spi=2.0, tol=8.0, min_steps=10):
+    rc = ReplayConfig(capacity_steps=1000, min_steps_to_sample=min_steps, samples_per_insert=spi,
+                      samples_per_insert_tolerance=tol)
+    return Replay(VECTOR, rc, TargetConfig(num_unroll_steps=1, td_steps=1, stack_frames=1), 0)
+
+
+def test_rate_limiter_holds_samples_per_insert():
+    rep = limited_replay()
+    rng = np.random.default_rng(0)
+    rep.insert(random_segment(VECTOR, rng, 0, 0, 5))
+    assert not rep.can_sample(1)  # 5 < min_steps_to_sample
+    assert not rep.wait_until_can_sample(1, timeout=0.01)
+    rep.insert(random_segment(VECTOR, rng, 0, 5, 5))
+    # inserted 10 = min: allowance = 2 * (10 - 10) + tol 8 = 8 samples
+    assert rep.can_sample(8) and not rep.can_sample(9)
+    rep.sample(8)
+    assert not rep.can_sample(1)
+    with pytest.raises(TimeoutError):
+        rep.sample(1, timeout=0.01)
+    rep.insert(random_segment(VECTOR, rng, 0, 10, 3))  # + 3 steps -> + 6 samples allowed
+    assert rep.can_sample(6) and not rep.can_sample(7)
+    # inserts wait once the insert side is more than tol ahead of the sampler:
+    rep.insert(random_segment(VECTOR, rng, 0, 13, 5))  # surplus 2 * (18 - 10) - 8 = 8 <= 8
+    rep.insert(random_segment(VECTOR, rng, 0, 18, 1))  # surplus 2 * (19 - 10) - 8 = 10 > 8
+    with pytest.raises(TimeoutError):
+        rep.insert(random_segment(VECTOR, rng, 0, 19, 1), timeout=0.01)
+    rep.sample(4)  # surplus 18 - 12 = 6 <= 8: inserts go again
+    rep.insert(random_segment(VECTOR, rng, 0, 19, 1), timeout=0.01)
+    assert rep.stats()["inserted_steps"] == 20 and rep.stats()["sampled"] == 12
+    with pytest.raises(ValueError, match="samples_per_insert_tolerance"):
+        rep.sample(17)
+
+
+def test_close_wakes_blocked_waiters():
+    rep = limited_replay()
+    errors = []
+
+    def trainer():
+        try:
+            rep.sample(4)
+        except ReplayClosedError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    time.sleep(0.05)
+    rep.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and len(errors) == 1
+    with pytest.raises(ReplayClosedError):
+        rep.insert(random_segment(VECTOR, np.random.default_rng(0), 0, 0, 2))
+
+
+def test_concurrent_inserts_and_samples_keep_state_consistent():
+    rc = ReplayConfig(capacity_steps=300, min_steps_to_sample=20, samples_per_insert=4.0,
+                      samples_per_insert_tolerance=64.0)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=3, td_steps=3, stack_frames=1), 0)
+    stop = threading.Event()
+    failures = []
+
+    def actor(actor_id):
+        rng = np.random.default_rng(actor_id)
+        try:
+            for episode in range(6):
+                for k in range(4):
+                    rep.insert(random_segment(VECTOR, rng, actor_id * 100 + episode, k * 7, 7,
+                                              terminated=k == 3), timeout=10)
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    def trainer():
+        try:
+            while not stop.is_set():
+                if rep.wait_until_can_sample(16, timeout=0.01):
+                    b = rep.sample(16)
+                    assert np.all(np.isfinite(b["target_value"]))
+                    rep.update_priorities(b["index"], np.abs(b["target_value"][:, 0]) + 0.1)
+        except Exception as e:  # noqa: BLE001
+            failures.append(e)
+
+    actors = [threading.Thread(target=actor, args=(i,)) for i in range(3)]
+    learner = threading.Thread(target=trainer)
+    for t in actors + [learner]:
+        t.start()
+    for t in actors:
+        t.join(timeout=30)
+    stop.set()
+    learner.join(timeout=30)
+    assert not failures, failures
+    stats = rep.stats()
+    assert stats["inserted_steps"] == 3 * 6 * 4 * 7 == 504
+    assert stats["num_steps"] == 294  # whole 7-step segments: 42 of them fit in 300
+    store = rep._store
+    assert store.num_sampleable == int(store.sampleable.sum()) == 294
+    tree = store.tree.tree
+    p = store.tree.num_leaves
+    np.testing.assert_array_equal(tree[1:p], tree[2:2 * p:2] + tree[3:2 * p:2])
+    leaves = store.tree.leaves()
+    expected = np.where(store.sampleable, store.priorities.astype(np.float64) ** 1.0, 0.0)
+    np.testing.assert_array_equal(leaves, expected)
+    # the ratio held both ways: 4 samples per step after warm-up, within the tolerance (64)
+    # plus, on the insert side, one segment's worth (4 * 7) let in while at the limit
+    assert 4 * (504 - 20) - 64 - 4 * 7 <= stats["sampled"] <= 4 * (504 - 20) + 64
