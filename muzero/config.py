@@ -214,10 +214,18 @@ class NetworkConfig:
     mlp_hidden_size: int = 128
     mlp_num_layers: int = 2
     latent_size: int = 64
-    # Residual conv torso (image observations). Small CPU-friendly defaults; the
-    # paper uses 256 channels and 16 blocks.
+    # Residual conv torso (image and board observations). Small CPU-friendly
+    # defaults; the paper uses 256 channels and 16 blocks.
     conv_channels: int = 64
     conv_num_blocks: int = 2
+    # Image envs: the paper's downsampling stack (96x96 -> 6x6) before the torso,
+    # with this many residual blocks at H/4 and at H/8 (paper: 2 at H/2, 3, 3; the
+    # blocks at H/2 are left out on CPU). False keeps the input resolution (small
+    # frames, e.g. MinAtar).
+    conv_downsample: bool = True
+    conv_downsample_blocks: int = 1
+    # 1x1-conv channels feeding the value / reward / policy MLP heads.
+    conv_reduced_channels: int = 16
     # Heads: hidden width of value / reward / policy MLPs.
     head_hidden_size: int = 64
     jit_compile: bool = False
@@ -234,6 +242,12 @@ class NetworkConfig:
         _check_int(self, "latent_size", 1)
         _check_int(self, "conv_channels", 1)
         _check_int(self, "conv_num_blocks", 0, 64)
+        _check_int(self, "conv_downsample_blocks", 0, 64)
+        _check_int(self, "conv_reduced_channels", 1)
+        if not isinstance(self.conv_downsample, bool):
+            _fail("NetworkConfig", "conv_downsample", self.conv_downsample, "must be a bool")
+        if not isinstance(self.jit_compile, bool):
+            _fail("NetworkConfig", "jit_compile", self.jit_compile, "must be a bool")
         _check_int(self, "head_hidden_size", 1)
 
 

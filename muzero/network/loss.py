@@ -1,0 +1,207 @@
+"""The MuZero training loss over one initial and K recurrent steps, and a train step.
+
+For every sampled position the network is unrolled: ``initial`` on the observation,
+then ``recurrent`` with the K stored actions. At each step t = 0..K the value, reward
+(t >= 1) and policy predictions are scored by cross-entropy against the replay's
+targets (values and rewards two-hot encoded over their supports):
+
+    loss_b = sum_t scale_t * ( w_v * m^v_t CE(value) + w_r * m^r_t CE(reward) + w_p * m^p_t CE(policy) )
+    total  = mean_b(importance_weight_b * loss_b) + weight_decay * sum(v^2) / 2
+
+* ``scale_0 = 1``. For t >= 1, ``recurrent_loss_scaling = "paper"`` uses 1/K (the paper
+  scales the gradient of each recurrent step by 1/K; scaling the loss itself gives the
+  same gradient). ``"seed"`` uses 1 / max(sum_{t>=1} m_t, 1), per sample and per head.
+* Masked positions (past the episode end) contribute nothing, even when their targets
+  are garbage: targets there are replaced by zeros before the cross-entropy.
+* The reward at index 0 is never scored (nothing precedes the root).
+* The hidden state entering every recurrent step has its gradient scaled by
+  ``hidden_gradient_scale`` (paper: 0.5).
+* New priorities are |value(position 0) - target_value[:, 0]| per sample (unclipped;
+  the replay applies its own floor).
+
+``make_train_step`` wraps this with a ``tf.GradientTape``, optional global-norm gradient
+clipping and the optimiser update, as one ``tf.function``.
+
+Imports TensorFlow and the network package only.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+from muzero.config import TrainingConfig
+from muzero.network.support import tf_logits_to_scalar, tf_scalar_to_two_hot
+
+BATCH_KEYS = ("observation", "actions", "target_value", "target_reward", "target_policy",
+              "value_mask", "reward_mask", "policy_mask", "importance_weight")
+
+
+def scale_gradient(x: tf.Tensor, scale: float) -> tf.Tensor:
+    """Identity in the forward pass; multiplies the gradient by ``scale`` going back."""
+    if scale == 1.0:
+        return x
+    return x * scale + tf.stop_gradient(x) * (1.0 - scale)
+
+
+def _cross_entropy(logits: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+    """[..., N] logits, [..., N] target distribution -> [...] cross-entropy."""
+    return -tf.reduce_sum(target * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def _step_scales(mask: tf.Tensor, num_unroll: int, mode: str) -> tf.Tensor:
+    """mask [B, K+1] -> per-step loss scales [B, K+1] (1 at step 0)."""
+    batch = tf.shape(mask)[0]
+    first = tf.ones([batch, 1], tf.float32)
+    if num_unroll == 0:
+        return first
+    if mode == "paper":
+        rest = tf.fill([batch, num_unroll], 1.0 / num_unroll)
+    else:  # "seed": 1 / max(number of unmasked recurrent steps, 1), per sample
+        count = tf.reduce_sum(mask[:, 1:], axis=1, keepdims=True)
+        rest = tf.tile(1.0 / tf.maximum(count, 1.0), [1, num_unroll])
+    return tf.concat([first, rest], axis=1)
+
+
+def compute_loss(network, batch: dict, training_config: TrainingConfig,
+                 weight_decay_variables: Optional[Sequence[tf.Variable]] = None):
+    """K-step MuZero loss.
+
+    Args:
+      network: a ``MuZeroNetwork``.
+      batch: the replay's batch: observation [B, *input_shape], actions [B, K] int,
+        target_value / target_reward [B, K+1] f32, target_policy [B, K+1, A] f32,
+        value_mask / reward_mask / policy_mask [B, K+1] f32, importance_weight [B] f32
+        (``index`` [B] may be present and is ignored).
+      training_config: loss weights, scalings and weight decay.
+      weight_decay_variables: variables the L2 penalty covers (default: all trainable).
+
+    Returns:
+      (total_loss scalar, metrics dict name -> scalar, new_priorities [B] f32).
+    """
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise KeyError(f"batch lacks {missing}; expected keys {list(BATCH_KEYS)}")
+    cfg = training_config
+    observation = batch["observation"]
+    actions = tf.cast(batch["actions"], tf.int32)                        # [B, K]
+    num_unroll = actions.shape[1]
+    if num_unroll is None:
+        raise ValueError("batch['actions'] must have a static unroll length K, got shape "
+                         f"{actions.shape}")
+    value_mask = tf.cast(batch["value_mask"], tf.float32)                # [B, K+1]
+    reward_mask = tf.cast(batch["reward_mask"], tf.float32)
+    reward_mask = tf.concat([tf.zeros_like(reward_mask[:, :1]), reward_mask[:, 1:]], axis=1)
+    policy_mask = tf.cast(batch["policy_mask"], tf.float32)
+    for name, m in (("value_mask", value_mask), ("target_value", batch["target_value"]),
+                    ("target_policy", batch["target_policy"])):
+        if m.shape[1] is not None and m.shape[1] != num_unroll + 1:
+            raise ValueError(f"batch['{name}'] has {m.shape[1]} positions, expected "
+                             f"K+1 = {num_unroll + 1} (shape {m.shape})")
+    # Zero the targets at masked positions so that garbage there cannot leak in.
+    target_value = tf.where(value_mask > 0, tf.cast(batch["target_value"], tf.float32), 0.0)
+    target_reward = tf.where(reward_mask > 0, tf.cast(batch["target_reward"], tf.float32), 0.0)
+    target_policy = tf.where(policy_mask[..., None] > 0,
+                             tf.cast(batch["target_policy"], tf.float32), 0.0)
+    weight = tf.cast(batch["importance_weight"], tf.float32)             # [B]
+
+    # Unroll: 1 initial + K recurrent steps.
+    out = network.initial(observation)
+    value_logits = [out["value_logits"]]
+    policy_logits = [out["policy_logits"]]
+    reward_logits = []
+    hidden = out["hidden_state"]
+    for k in range(num_unroll):
+        hidden = scale_gradient(hidden, cfg.hidden_gradient_scale)
+        out_k = network.recurrent(hidden, actions[:, k])
+        value_logits.append(out_k["value_logits"])
+        policy_logits.append(out_k["policy_logits"])
+        reward_logits.append(out_k["reward_logits"])
+        hidden = out_k["hidden_state"]
+    value_logits = tf.stack(value_logits, axis=1)                       # [B, K+1, V]
+    policy_logits = tf.stack(policy_logits, axis=1)                     # [B, K+1, A]
+
+    value_ce = _cross_entropy(value_logits,
+                              tf_scalar_to_two_hot(target_value, network.value_support))
+    policy_ce = _cross_entropy(policy_logits, target_policy)            # [B, K+1]
+    if num_unroll > 0:
+        reward_logits = tf.stack(reward_logits, axis=1)                 # [B, K, R]
+        reward_ce = _cross_entropy(
+            reward_logits, tf_scalar_to_two_hot(target_reward[:, 1:], network.reward_support))
+        reward_ce = tf.concat([tf.zeros_like(reward_ce[:, :1]), reward_ce], axis=1)
+    else:
+        reward_ce = tf.zeros_like(value_ce)
+
+    mode = cfg.recurrent_loss_scaling
+    value_loss = tf.reduce_sum(_step_scales(value_mask, num_unroll, mode)
+                               * value_mask * value_ce, axis=1)          # [B]
+    reward_loss = tf.reduce_sum(_step_scales(reward_mask, num_unroll, mode)
+                                * reward_mask * reward_ce, axis=1)
+    policy_loss = tf.reduce_sum(_step_scales(policy_mask, num_unroll, mode)
+                                * policy_mask * policy_ce, axis=1)
+    per_sample = (cfg.value_loss_weight * value_loss + cfg.reward_loss_weight * reward_loss
+                  + cfg.policy_loss_weight * policy_loss)
+    loss = tf.reduce_mean(weight * per_sample)
+
+    variables = (network.trainable_variables if weight_decay_variables is None
+                 else weight_decay_variables)
+    if cfg.weight_decay > 0 and variables:
+        decay = cfg.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables])
+    else:
+        decay = tf.constant(0.0)
+    total = loss + decay
+
+    value_0 = tf.stop_gradient(tf_logits_to_scalar(value_logits[:, 0], network.value_support))
+    priorities = tf.abs(value_0 - tf.cast(batch["target_value"][:, 0], tf.float32))
+
+    def masked_mean(x, m):
+        return tf.reduce_sum(x * m) / tf.maximum(tf.reduce_sum(m), 1.0)
+
+    predicted_reward = (tf.stack([tf.zeros_like(value_0)] + [
+        tf_logits_to_scalar(reward_logits[:, k], network.reward_support)
+        for k in range(num_unroll)], axis=1) if num_unroll > 0 else tf.zeros_like(value_mask))
+    metrics = {
+        "loss/total": total,
+        "loss/value": tf.reduce_mean(weight * value_loss),
+        "loss/reward": tf.reduce_mean(weight * reward_loss),
+        "loss/policy": tf.reduce_mean(weight * policy_loss),
+        "loss/weight_decay": decay,
+        "prediction/value": tf.reduce_mean(value_0),
+        "target/value": masked_mean(target_value[:, :1], value_mask[:, :1]),
+        "prediction/reward": masked_mean(tf.stop_gradient(predicted_reward), reward_mask),
+        "target/reward": masked_mean(target_reward, reward_mask),
+        "priority/mean": tf.reduce_mean(priorities),
+    }
+    return total, metrics, priorities
+
+
+def make_train_step(network, optimizer, training_config: TrainingConfig,
+                    variables: Optional[Sequence[tf.Variable]] = None):
+    """A ``tf.function(batch) -> (total_loss, metrics, new_priorities)`` doing one SGD step.
+
+    ``variables`` are the ones trained and weight-decayed (default: all of the network's;
+    pass ``network.variables_of(["dynamics", "prediction"])`` to freeze the rest). With
+    ``gradient_clip_norm > 0`` the gradients are clipped to that global norm.
+    ``metrics["gradient_norm"]`` is the global norm before clipping.
+    """
+    variables = list(network.trainable_variables if variables is None else variables)
+    if not variables:
+        raise ValueError("make_train_step: no variables to train")
+    clip = float(training_config.gradient_clip_norm)
+
+    @tf.function
+    def train_step(batch):
+        with tf.GradientTape() as tape:
+            total, metrics, priorities = compute_loss(network, batch, training_config,
+                                                      weight_decay_variables=variables)
+        grads = tape.gradient(total, variables)
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
+        grad_norm = tf.linalg.global_norm(grads)
+        if clip > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
+        optimizer.apply_gradients(zip(grads, variables))
+        metrics = dict(metrics)
+        metrics["gradient_norm"] = grad_norm
+        return total, metrics, priorities
+
+    return train_step

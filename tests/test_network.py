@@ -1,0 +1,165 @@
+"""MuZero network: torsos per env kind, output contract, variable parts, input checks."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from envs.base import EnvDescriptor
+from muzero.config import NetworkConfig, SupportConfig
+from muzero.network import MuZeroNetwork, make_network
+from muzero.network.support import np_logits_to_scalar
+
+SMALL = SupportConfig(low=-5.0, high=5.0, num_bins=11, use_transform=False)
+TINY = NetworkConfig(value_support=SMALL, reward_support=SupportConfig(num_bins=21, low=-10.0,
+                                                                        high=10.0),
+                     mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, conv_channels=4,
+                     conv_num_blocks=1, conv_downsample_blocks=1, conv_reduced_channels=2,
+                     head_hidden_size=8)
+
+CARTPOLE = EnvDescriptor("cartpole", (4,), "float32", 2)
+TICTACTOE = EnvDescriptor("tictactoe", (3, 3, 3), "uint8", 9, two_player=True, kind="board",
+                          has_legal_mask=True)
+ATARI_SMALL = EnvDescriptor("atari", (32, 32, 1), "uint8", 4, kind="image", frame_layout="HWC")
+
+# (descriptor, stack_frames, expected input shape, expected hidden shape)
+CASES = {
+    "vector": (CARTPOLE, 1, (4,), (8,)),
+    "board": (TICTACTOE, 1, (3, 3, 3), (3, 3, 4)),
+    # 2 gray frames + 2 action planes; 32 -> 16 -> 8 -> 4 -> 2 after four stride-2 stages.
+    "image": (ATARI_SMALL, 2, (32, 32, 4), (2, 2, 4)),
+}
+
+
+@pytest.fixture(scope="module")
+def networks():
+    return {kind: make_network(d, TINY, sf, seed=1) for kind, (d, sf, _, _) in CASES.items()}
+
+
+def _observation(net: MuZeroNetwork, batch: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if net.input_dtype == tf.uint8:
+        high = 256 if net.kind == "image" else 2
+        return rng.integers(0, high, (batch,) + net.input_shape).astype(np.uint8)
+    return rng.normal(size=(batch,) + net.input_shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_shapes_and_outputs(networks, kind):
+    net = networks[kind]
+    _, _, input_shape, hidden_shape = CASES[kind]
+    assert net.input_shape == input_shape
+    assert net.hidden_shape == hidden_shape
+    assert net.input_dtype == (tf.float32 if kind == "vector" else tf.uint8)
+    batch, num_actions = 3, net.num_actions
+    first = net.initial_inference(_observation(net, batch))
+    nxt = net.recurrent_inference(first["hidden_state"], np.arange(batch) % num_actions)
+    for out in (first, nxt):
+        assert out["value"].shape == (batch,)
+        assert out["reward"].shape == (batch,)
+        assert out["policy_logits"].shape == (batch, num_actions)
+        assert out["value_logits"].shape == (batch, 11)
+        assert out["reward_logits"].shape == (batch, 21)
+        assert out["hidden_state"].shape == (batch,) + hidden_shape
+        # Min-max normalised per sample: each sample spans exactly [0, 1].
+        flat = out["hidden_state"].numpy().reshape(batch, -1)
+        np.testing.assert_allclose(flat.min(axis=1), 0.0, atol=1e-6)
+        np.testing.assert_allclose(flat.max(axis=1), 1.0, atol=1e-5)
+        # value is the expectation of the value distribution (NumPy reference decoder).
+        np.testing.assert_allclose(out["value"].numpy(),
+                                   np_logits_to_scalar(out["value_logits"].numpy(), SMALL),
+                                   atol=1e-5)
+    np.testing.assert_array_equal(first["reward"].numpy(), np.zeros(batch))
+    np.testing.assert_allclose(nxt["reward"].numpy(),
+                               np_logits_to_scalar(nxt["reward_logits"].numpy(),
+                                                   TINY.reward_support), rtol=1e-4, atol=1e-4)
+
+
+def test_atari_96_hidden_is_6x6():
+    descriptor = EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image")
+    net = make_network(descriptor, TINY, stack_frames=4, seed=0)
+    assert net.input_shape == (96, 96, 8)
+    assert net.hidden_shape == (6, 6, 4)
+    out = net.initial_inference(np.full((1, 96, 96, 8), 255, np.uint8))
+    assert out["hidden_state"].shape == (1, 6, 6, 4)
+    assert np.isfinite(out["value"].numpy()).all()
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_actions_change_the_next_state(networks, kind):
+    net = networks[kind]
+    hidden = net.initial_inference(_observation(net, 1))["hidden_state"]
+    a = net.num_actions
+    hiddens = tf.repeat(hidden, a, axis=0)
+    out = net.recurrent_inference(hiddens, np.arange(a, dtype=np.int32))
+    states = out["hidden_state"].numpy().reshape(a, -1)
+    # Every pair of distinct actions leads to a distinct next state.
+    distances = np.abs(states[:, None] - states[None]).sum(-1) + np.eye(a)
+    assert (distances > 1e-6).all()
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_variable_parts_cover_everything_once(networks, kind):
+    net = networks[kind]
+    parts = net.variables_by_part()
+    assert set(parts) == {"representation", "dynamics", "prediction"}
+    ids = [id(v) for vs in parts.values() for v in vs]
+    assert all(parts.values()), "every part owns variables"
+    assert len(ids) == len(set(ids)), "no variable in two parts"
+    assert sorted(ids) == sorted(id(v) for v in net.trainable_variables)
+    with pytest.raises(ValueError, match="unknown network part"):
+        net.variables_of(["representation", "torso"])
+
+
+def test_seed_determinism_and_part_restore(tmp_path):
+    a = make_network(CARTPOLE, TINY, 1, seed=3)
+    b = make_network(CARTPOLE, TINY, 1, seed=3)
+    c = make_network(CARTPOLE, TINY, 1, seed=4)
+    for va, vb in zip(a.trainable_variables, b.trainable_variables):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+    assert any(not np.array_equal(va.numpy(), vc.numpy())
+               for va, vc in zip(a.trainable_variables, c.trainable_variables))
+    # Restore only the representation of `a` into `c`: it matches, the dynamics do not.
+    path = tf.train.Checkpoint(representation=a.representation).save(str(tmp_path / "rep"))
+    tf.train.Checkpoint(representation=c.representation).restore(path).assert_consumed()
+    for va, vc in zip(a.representation.trainable_variables, c.representation.trainable_variables):
+        np.testing.assert_array_equal(va.numpy(), vc.numpy())
+    assert not np.array_equal(a.dynamics.trainable_variables[0].numpy(),
+                              c.dynamics.trainable_variables[0].numpy())
+
+
+def test_bad_observation_names_shapes_and_dtypes(networks):
+    image = networks["image"]
+    obs = _observation(image, 2)
+    with pytest.raises(ValueError, match=r"expected dtype uint8, received float32"):
+        image.initial_inference(obs.astype(np.float32))
+    with pytest.raises(ValueError, match=r"expected shape \[None, 32, 32, 4\].*received "
+                                         r"\[2, 32, 32, 3\]"):
+        image.initial_inference(obs[..., :3])
+    with pytest.raises(ValueError, match=r"expected shape \[None, 32, 32, 4\].*received "
+                                         r"\[32, 32, 4\]"):
+        image.initial_inference(obs[0])
+    vector = networks["vector"]
+    with pytest.raises(ValueError, match=r"expected dtype float32, received float64"):
+        vector.initial_inference(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match=r"expected shape \[None, 4\].*received \[2, 5\]"):
+        vector.initial_inference(np.zeros((2, 5), np.float32))
+
+
+def test_bad_recurrent_inputs(networks):
+    net = networks["vector"]
+    hidden = np.zeros((3, 8), np.float32)
+    with pytest.raises(ValueError, match=r"hidden_state: expected shape \[None, 8\].*\[3, 7\]"):
+        net.recurrent_inference(hidden[:, :7], np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match=r"action: batch size 2 differs.*3"):
+        net.recurrent_inference(hidden, np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match=r"action: expected dtype int32, received float32"):
+        net.recurrent_inference(hidden, np.zeros(3, np.float32))
+    # Integer actions of another width are accepted (cast to int32).
+    out = net.recurrent_inference(hidden, np.array([0, 1, 1], np.int64))
+    assert out["value"].shape == (3,)
+
+
+def test_make_network_rejects_bad_descriptors():
+    with pytest.raises(ValueError, match="kind='graph'"):
+        make_network(EnvDescriptor("x", (4,), "float32", 2, kind="graph"), TINY, 1)
+    with pytest.raises(ValueError, match="stack_frames=4"):
+        make_network(CARTPOLE, TINY, 4)

@@ -1,0 +1,96 @@
+"""SavedModel export: loads and matches in a separate process that cannot import ``muzero``."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from envs.base import EnvDescriptor
+from muzero.config import NetworkConfig, SupportConfig
+from muzero.network import export_saved_model, make_network
+
+TINY = NetworkConfig(value_support=SupportConfig(num_bins=21, low=-10.0, high=10.0),
+                     reward_support=SupportConfig(num_bins=7, low=-3.0, high=3.0,
+                                                  use_transform=False),
+                     mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, conv_channels=4,
+                     conv_num_blocks=1, conv_reduced_channels=2, head_hidden_size=8,
+                     jit_compile=True)
+MODELS = {
+    "image": (EnvDescriptor("atari", (32, 32, 1), "uint8", 5, kind="image"), 3),
+    "vector": (EnvDescriptor("cartpole", (4,), "float32", 2), 1),
+}
+
+# Runs in a fresh interpreter. Importing muzero there would fail (sys.modules entry None),
+# so a pass proves the model and its JSON are enough on their own.
+LOADER = textwrap.dedent("""
+    import json, os, sys
+    sys.modules["muzero"] = None
+    import numpy as np
+    import tensorflow as tf
+    root = sys.argv[1]
+    for name in sys.argv[2:]:
+        path = os.path.join(root, name)
+        spec = json.load(open(os.path.join(path, "muzero_export.json")))
+        model = tf.saved_model.load(path)
+        obs = np.load(os.path.join(root, name + "_obs.npy"))
+        assert list(obs.shape[1:]) == spec["observation"]["shape"]
+        assert obs.dtype.name == spec["observation"]["dtype"]
+        first = model.signatures["initial_inference"](observation=tf.constant(obs))
+        actions = np.arange(obs.shape[0], dtype=np.int32) % spec["num_actions"]
+        nxt = model.signatures["recurrent_inference"](hidden_state=first["hidden_state"],
+                                                      action=tf.constant(actions))
+        # Decode the value with nothing but the JSON description.
+        vs = spec["value_support"]
+        logits = first["value_logits"].numpy().astype(np.float64)
+        p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
+        y = p @ np.linspace(vs["low"], vs["high"], vs["num_bins"])
+        if vs["use_transform"]:
+            e = vs["eps"]
+            y = np.sign(y) * (((np.sqrt(1 + 4 * e * (np.abs(y) + 1 + e)) - 1) / (2 * e)) ** 2 - 1)
+        out = {"decoded_value": y}
+        out.update({"initial/" + k: v.numpy() for k, v in first.items()})
+        out.update({"recurrent/" + k: v.numpy() for k, v in nxt.items()})
+        np.savez(os.path.join(root, name + "_out.npz"), **out)
+    assert "muzero" not in sys.modules or sys.modules["muzero"] is None
+    print("loaded", sys.argv[2:])
+""")
+
+
+def test_export_loads_in_a_separate_process(tmp_path):
+    expected = {}
+    for name, (descriptor, stack) in MODELS.items():
+        net = make_network(descriptor, TINY, stack, seed=5)
+        export_saved_model(net, str(tmp_path / name))
+        spec = json.loads((tmp_path / name / "muzero_export.json").read_text())
+        assert spec["observation"]["shape"] == list(net.input_shape)
+        assert spec["hidden_shape"] == list(net.hidden_shape)
+        assert spec["num_actions"] == descriptor.num_actions
+        rng = np.random.default_rng(0)
+        if net.input_dtype.name == "uint8":
+            obs = rng.integers(0, 256, (3,) + net.input_shape).astype(np.uint8)
+        else:
+            obs = rng.normal(size=(3,) + net.input_shape).astype(np.float32)
+        np.save(tmp_path / f"{name}_obs.npy", obs)
+        first = net.initial_inference(obs)
+        nxt = net.recurrent_inference(first["hidden_state"],
+                                      np.arange(3, dtype=np.int32) % net.num_actions)
+        expected[name] = {**{"initial/" + k: v.numpy() for k, v in first.items()},
+                          **{"recurrent/" + k: v.numpy() for k, v in nxt.items()}}
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    proc = subprocess.run([sys.executable, "-c", LOADER, str(tmp_path), *MODELS],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in MODELS:
+        got = np.load(tmp_path / f"{name}_out.npz")
+        assert set(expected[name]) <= set(got.files)
+        for key, value in expected[name].items():
+            np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name} {key}")
+        np.testing.assert_allclose(got["decoded_value"], expected[name]["initial/value"],
+                                   rtol=1e-4, atol=1e-4)
