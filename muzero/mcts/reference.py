@@ -1,0 +1,179 @@
+"""Plain-Python MCTS that follows the MuZero pseudocode, one tree at a time; for tests only.
+
+This is the yardstick the Numba kernels are tested against. It is written like the
+pseudocode published with the MuZero paper (arXiv 1911.08265, ``pseudocode.py``):
+``Node`` objects with a dict of children, ``MinMaxStats``, ``ucb_score``,
+``select_child``, ``expand_node``, ``backpropagate``, ``add_exploration_noise``, in
+Python floats (float64). Where this package differs from the pseudocode, the
+reference does the same so that parity tests compare like with like; each such place
+is marked ``# deviation:`` and listed in docs/SEARCH.md:
+
+- two-player games: values are stored from the point of view of the player to move at
+  each node; the return flips sign across a change of player, and Q(s, a) seen from the
+  parent is ``reward + discount * sign * value(child)``;
+- ties in selection go to the lowest action id (the pseudocode's ``max`` over tuples
+  gives the highest);
+- the softmax subtracts the largest legal logit before ``exp``;
+- an interior node whose legal mask allows nothing treats every action as legal;
+- the parent-visit offset (SEED) and a depth cut-off are options.
+
+Each simulation ``s`` numbers the node it creates ``s + 1`` (the root is 0), the same
+wire contract as the kernels, so tests can compare (parent, action, new node) per step.
+Never used on a hot path. Imports only the standard library; never TensorFlow.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Optional, Sequence
+
+# network(parent_id, action, new_id) -> (reward, value, policy_logits [A], legal_mask [A] or None)
+OneTreeNetwork = Callable[[int, int, int], tuple]
+
+
+class MinMaxStats:
+    """Running min and max of Q values in one tree (optionally starting from known bounds)."""
+
+    def __init__(self, known_bounds: Optional[Sequence[float]]):
+        self.maximum = known_bounds[1] if known_bounds else -math.inf
+        self.minimum = known_bounds[0] if known_bounds else math.inf
+
+    def update(self, value: float):
+        self.maximum = max(self.maximum, value)
+        self.minimum = min(self.minimum, value)
+
+    def normalize(self, value: float) -> float:
+        if self.maximum > self.minimum:
+            return (value - self.minimum) / (self.maximum - self.minimum)
+        return value
+
+
+class Node:
+    def __init__(self, prior: float, depth: int):
+        self.visit_count = 0
+        self.to_play = 0
+        self.prior = prior
+        self.value_sum = 0.0
+        self.children = {}
+        self.reward = 0.0
+        self.node_id = -1
+        self.depth = depth
+
+    def expanded(self) -> bool:
+        return len(self.children) > 0
+
+    def value(self) -> float:
+        if self.visit_count == 0:
+            return 0.0
+        return self.value_sum / self.visit_count
+
+
+def _sign(parent: Optional[Node], child: Node) -> float:
+    # deviation: two-player sign; +1 at the root (no parent), as the pseudocode's root update.
+    if parent is None or parent.to_play == child.to_play:
+        return 1.0
+    return -1.0
+
+
+def _q(parent: Node, child: Node, discount: float) -> float:
+    return child.reward + discount * (_sign(parent, child) * child.value())
+
+
+def ucb_score(config, parent: Node, child: Node, min_max_stats: MinMaxStats) -> float:
+    pb_c = math.log((parent.visit_count + config.pb_c_base + 1) / config.pb_c_base) + config.pb_c_init
+    # deviation (option): SEED adds parent_visit_offset = 1; the paper uses 0.
+    pb_c *= math.sqrt(parent.visit_count + config.parent_visit_offset) / (child.visit_count + 1)
+    prior_score = pb_c * child.prior
+    if child.visit_count > 0:
+        value_score = min_max_stats.normalize(_q(parent, child, config.discount))
+    else:
+        value_score = 0
+    return prior_score + value_score
+
+
+def select_child(config, node: Node, min_max_stats: MinMaxStats):
+    best = None
+    for action in sorted(node.children):
+        child = node.children[action]
+        score = ucb_score(config, node, child, min_max_stats)
+        if best is None or score > best[0]:   # deviation: ties keep the lowest action id
+            best = (score, action, child)
+    return best[1], best[2]
+
+
+def expand_node(node: Node, to_play: int, reward: float, policy_logits: Sequence[float],
+                legal_mask: Optional[Sequence[bool]]):
+    node.to_play = to_play
+    node.reward = float(reward)
+    actions = [a for a in range(len(policy_logits)) if legal_mask is None or legal_mask[a]]
+    if not actions:   # deviation: past the end of the game every action counts as legal
+        actions = list(range(len(policy_logits)))
+    top = max(float(policy_logits[a]) for a in actions)   # deviation: stable softmax
+    policy = {a: math.exp(float(policy_logits[a]) - top) for a in actions}
+    policy_sum = 0.0
+    for a in actions:
+        policy_sum += policy[a]
+    # Children keep statistics across a depth cut-off re-evaluation.
+    old = node.children
+    node.children = {}
+    for a in actions:
+        child = old.get(a) or Node(0.0, node.depth + 1)
+        child.prior = policy[a] / policy_sum
+        node.children[a] = child
+
+
+def add_exploration_noise(config, node: Node, noise: Sequence[float]):
+    frac = config.root_exploration_fraction
+    for a in node.children:
+        node.children[a].prior = node.children[a].prior * (1 - frac) + float(noise[a]) * frac
+
+
+def backpropagate(search_path: List[Node], value: float, discount: float,
+                  min_max_stats: MinMaxStats):
+    # deviation: the return g is carried in each node's own player's view.
+    for i in range(len(search_path) - 1, -1, -1):
+        node = search_path[i]
+        parent = search_path[i - 1] if i > 0 else None
+        node.value_sum += value
+        node.visit_count += 1
+        min_max_stats.update(node.reward + discount * (_sign(parent, node) * node.value()))
+        value = node.reward + discount * (_sign(parent, node) * value)
+
+
+def run_mcts(config, root_value: float, root_logits: Sequence[float],
+             root_mask: Optional[Sequence[bool]], root_to_play: int, network: OneTreeNetwork,
+             noise: Optional[Sequence[float]]) -> dict:
+    """One search on one tree; returns the root, per-simulation trace and root statistics.
+
+    noise: Dirichlet draws [A] (entries at illegal actions ignored), or None for no noise.
+    The result has ``trace`` [(parent_id, action, new_id)] per simulation,
+    ``visit_counts`` [A], ``root_value``, ``root_q`` [A] (0 where unvisited) and ``root``.
+    """
+    root = Node(0.0, 0)
+    root.node_id = 0
+    expand_node(root, root_to_play, 0.0, root_logits, root_mask)
+    if noise is not None:
+        add_exploration_noise(config, root, noise)
+    min_max_stats = MinMaxStats(config.known_bounds)
+    trace = []
+    for sim in range(config.num_simulations):
+        node = root
+        search_path = [node]
+        while node.expanded() and not (config.max_depth > 0 and node.depth >= config.max_depth):
+            action, node = select_child(config, node, min_max_stats)
+            search_path.append(node)
+        parent = search_path[-2]
+        node.node_id = sim + 1
+        trace.append((parent.node_id, action, node.node_id))
+        reward, value, logits, mask = network(parent.node_id, action, node.node_id)
+        to_play = 1 - parent.to_play if config.two_player else parent.to_play
+        expand_node(node, to_play, reward, logits, mask)
+        backpropagate(search_path, float(value), config.discount, min_max_stats)
+    num_actions = len(root_logits)
+    visit_counts = [0] * num_actions
+    root_q = [0.0] * num_actions
+    for a, child in root.children.items():
+        visit_counts[a] = child.visit_count
+        if child.visit_count > 0:
+            root_q[a] = _q(root, child, config.discount)
+    return {"trace": trace, "visit_counts": visit_counts, "root_value": root.value(),
+            "root_q": root_q, "root": root}

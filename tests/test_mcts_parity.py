@@ -1,0 +1,135 @@
+"""The Numba search against the plain-Python pseudocode reference on seeded random cases.
+
+Both searches see the same deterministic fake network: its outputs at a node depend only
+on (case seed, tree, action path from the root), so two searches that take the same
+decisions see the same numbers. The test demands the same (parent, new node, action) at
+every simulation, the same root visit counts and argmax action, and root values and Q
+values equal to 1e-6.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+from muzero.config import SearchConfig
+from muzero.mcts import RootOutputs, search, select_action
+from muzero.mcts.reference import run_mcts
+
+
+class PathNetwork:
+    """Fake network whose outputs are a pure function of (seed, tree, action path)."""
+
+    def __init__(self, seed, batch, num_actions, use_masks):
+        self.seed, self.batch, self.num_actions, self.use_masks = seed, batch, num_actions, use_masks
+        self.paths = [{0: ()} for _ in range(batch)]
+
+    def outputs(self, b, path):
+        rng = np.random.default_rng([self.seed, b, len(path), *path])
+        reward = np.float32(rng.normal())
+        value = np.float32(rng.normal())
+        logits = (1.5 * rng.normal(size=self.num_actions)).astype(np.float32)
+        mask = None
+        if self.use_masks:
+            mask = rng.random(self.num_actions) < 0.6
+            if rng.random() < 0.15:   # past the end of the game: nothing legal
+                mask[:] = False
+        return reward, value, logits, mask
+
+    def root(self, rng):
+        value = rng.normal(size=self.batch).astype(np.float32)
+        logits = (1.5 * rng.normal(size=(self.batch, self.num_actions))).astype(np.float32)
+        mask = None
+        if self.use_masks:
+            mask = rng.random((self.batch, self.num_actions)) < 0.6
+            mask[np.arange(self.batch), rng.integers(0, self.num_actions, self.batch)] = True
+        return value, logits, mask
+
+    def one_tree(self, b):
+        """network(parent_id, action, new_id) for the reference search of tree b."""
+        paths = {0: ()}
+
+        def network(parent, action, new):
+            paths[new] = paths[parent] + (action,)
+            return self.outputs(b, paths[new])
+        return network
+
+    def __call__(self, parent, action, new):
+        """Batched recurrent_fn for the kernel search; records the trace."""
+        self.trace.append((parent.copy(), action.copy(), new.copy()))
+        rewards, values, logits, masks = [], [], [], []
+        for b in range(self.batch):
+            path = self.paths[b][int(parent[b])] + (int(action[b]),)
+            self.paths[b][int(new[b])] = path
+            r, v, l, m = self.outputs(b, path)
+            rewards.append(r)
+            values.append(v)
+            logits.append(l)
+            masks.append(np.ones(self.num_actions, bool) if m is None else m)
+        out = (np.array(rewards), np.array(values), np.stack(logits))
+        return out + (np.stack(masks),) if self.use_masks else out
+
+
+CASES = list(itertools.product([1, 7], [2, 9, 18], [1, 10, 50], [False, True], [False, True]))
+
+
+def _config_for(index, num_simulations, two_player):
+    """Spreads the other settings over the cases so that each combination is exercised."""
+    return SearchConfig(
+        num_simulations=num_simulations,
+        parent_visit_offset=index % 2,
+        discount=(0.997, 1.0, 0.9)[index % 3],
+        known_bounds=(-3.0, 3.0) if index % 4 == 1 else None,
+        max_depth=3 if index % 5 == 2 else 0,
+        pb_c_init=(1.25, 0.5)[index % 2],
+        pb_c_base=(19652.0, 50.0)[(index // 2) % 2],
+        two_player=two_player,
+        root_exploration_fraction=0.25,
+    )
+
+
+@pytest.mark.parametrize("index", range(len(CASES)),
+                         ids=[f"B{b}-A{a}-S{s}-{'2p' if p else '1p'}-{'mask' if m else 'nomask'}"
+                              for b, a, s, p, m in CASES])
+def test_kernel_matches_reference(index):
+    batch, num_actions, num_simulations, two_player, use_masks = CASES[index]
+    config = _config_for(index, num_simulations, two_player)
+    rng = np.random.default_rng(1000 + index)
+    net = PathNetwork(index, batch, num_actions, use_masks)
+    value, logits, mask = net.root(rng)
+    to_play = rng.integers(0, 2, batch) if two_player else None
+    with_noise = index % 3 != 2
+    noise = rng.dirichlet(np.full(num_actions, 0.3), size=batch) if with_noise else None
+
+    net.trace = []
+    result = search(RootOutputs(value, logits, mask, to_play), net, config, rng,
+                    noise=noise, add_noise=with_noise)
+
+    for b in range(batch):
+        ref = run_mcts(config, float(value[b]), logits[b], None if mask is None else mask[b],
+                       0 if to_play is None else int(to_play[b]), net.one_tree(b),
+                       None if noise is None else noise[b])
+        kernel_trace = [(int(p[b]), int(a[b]), int(n[b])) for p, a, n in net.trace]
+        assert kernel_trace == ref["trace"], f"tree {b}: selection differs"
+        np.testing.assert_array_equal(result.visit_counts[b], ref["visit_counts"])
+        np.testing.assert_allclose(result.root_value[b], ref["root_value"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(result.root_q[b], ref["root_q"], rtol=1e-6, atol=1e-6)
+        # argmax with ties to the lowest id, computed from the reference's counts
+        counts = ref["visit_counts"]
+        assert select_action(result.visit_counts[b:b + 1], 0.0, rng)[0] == counts.index(max(counts))
+    assert [n[0] for _, _, n in net.trace] == list(range(1, num_simulations + 1))
+
+
+def test_parallel_kernel_matches_serial():
+    batch, num_actions = 37, 9
+    config = SearchConfig(num_simulations=20, two_player=True)
+    rng = np.random.default_rng(5)
+    results = []
+    for parallel in (False, True):
+        net = PathNetwork(77, batch, num_actions, use_masks=True)
+        net.trace = []
+        value, logits, mask = net.root(np.random.default_rng(6))
+        results.append(search(RootOutputs(value, logits, mask), net, config, rng,
+                              noise=np.full((batch, num_actions), 1.0 / num_actions),
+                              parallel=parallel))
+    np.testing.assert_array_equal(results[0].visit_counts, results[1].visit_counts)
+    np.testing.assert_array_equal(results[0].root_value, results[1].root_value)
