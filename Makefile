@@ -7,7 +7,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export PYTHONHASHSEED ?= 0
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test bench clean
+.PHONY: install test bench train clean
 
 install: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): setup.py
 test: install
 	@mkdir -p $(NUMBA_CACHE_DIR)
 	$(PY) -m pytest -q tests
+
+train: install
+	@mkdir -p $(NUMBA_CACHE_DIR)
+	$(PY) -m muzero.learner --env=cartpole $(ARGS)
 
 bench: install
 	@mkdir -p $(NUMBA_CACHE_DIR)

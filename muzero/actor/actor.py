@@ -1,0 +1,215 @@
+"""The MuZero actor: E envs in lockstep, one batched search per step, segments to the learner.
+
+Per step: one ``initial_inference`` RPC for the E roots, ``num_simulations``
+``recurrent_inference`` RPCs (one per simulation, all E trees in each), an action
+per env from the root visit counts, one ``EnvBatch.step``. Finished segments and
+episode statistics are pushed to the learner every few steps. The acting
+temperature follows the *learner's* training step, read from ``learner_info``.
+
+Evaluation actors act greedily (temperature 0), add no root noise and push only
+episode statistics, never segments.
+
+The same code runs under the local launcher and as ``python -m muzero.actor``.
+Imports no TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+import envs
+from muzero.actor.segments import SegmentBuilder
+from muzero.config import SearchConfig
+from muzero.mcts import RootOutputs, search, select_action
+from muzero.observation import FrameHistory
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorSettings:
+    """Everything one actor process needs (picklable: it crosses a spawn)."""
+
+    server: str
+    env: str
+    search: SearchConfig
+    env_options: dict = dataclasses.field(default_factory=dict)
+    envs_per_actor: int = 16
+    actor_id: int = 0
+    seed: int = 0
+    stack_frames: int = 1
+    segment_length: int = 200
+    evaluation: bool = False
+    # Stop after this many env steps (all envs together); 0 runs until stopped.
+    max_env_steps: int = 0
+    # Seconds between pushes of finished segments and episode statistics.
+    push_every_s: float = 0.5
+    # Seconds between learner_info polls (training step for the temperature).
+    info_every_s: float = 2.0
+    client_config: Optional[object] = None  # muzero.rpc.config.ClientConfig
+
+    def __post_init__(self):
+        if self.envs_per_actor < 1:
+            raise ValueError(f"envs_per_actor={self.envs_per_actor} must be >= 1")
+        if self.segment_length < 1:
+            raise ValueError(f"segment_length={self.segment_length} must be >= 1")
+
+
+def episode_report(returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -> dict:
+    """The dict pushed next to segments that carries finished episodes' statistics."""
+    return {"report": np.bool_(True), "episode_return": np.asarray(returns, np.float32),
+            "episode_length": np.asarray(lengths, np.int32), "evaluation": np.bool_(evaluation)}
+
+
+class TreeLegalMasks:
+    """Legal masks of in-tree nodes for board games where a move occupies a cell.
+
+    Tracks, per tree and node, the actions taken on the path from the root
+    (``taken [B, N, A]``); a node's legal actions are the root's legal actions minus
+    those. Used for tic-tac-toe-like envs (``descriptor.has_legal_mask`` and
+    two-player). Where nothing would be legal (a full board) every action is allowed:
+    the learned model treats play past the end as absorbing.
+    """
+
+    def __init__(self, root_legal: np.ndarray, num_nodes: int):
+        b, a = root_legal.shape
+        self.root_legal = root_legal
+        self.taken = np.zeros((b, num_nodes, a), bool)
+
+    def __call__(self, parent_node, action, new_node) -> np.ndarray:
+        rows = np.arange(len(parent_node))
+        self.taken[rows, new_node] = self.taken[rows, parent_node]
+        self.taken[rows, new_node, action] = True
+        legal = self.root_legal & ~self.taken[rows, new_node]
+        return np.where(legal.any(axis=1, keepdims=True), legal, True)
+
+
+class Actor:
+    """Runs one actor's loop against an inference client (``muzero.rpc.InferenceClient``)."""
+
+    def __init__(self, settings: ActorSettings, client, log=print):
+        self.settings = settings
+        self.client = client
+        self.log = log
+        s = settings
+        self.rng = np.random.default_rng([s.seed, s.actor_id])
+        self.batch = envs.make_batch(s.env, s.envs_per_actor, seed=s.seed * 100_003 + s.actor_id * 1009,
+                                     **s.env_options)
+        self.descriptor = self.batch.descriptor
+        d = self.descriptor
+        self.num_nodes = s.search.num_simulations + 1
+        self.history = (FrameHistory(s.envs_per_actor, d.observation_shape, s.stack_frames, d.num_actions)
+                        if d.is_image else None)
+        self.builder = SegmentBuilder(s.envs_per_actor, d.observation_shape, np.dtype(d.observation_dtype),
+                                      d.num_actions, s.segment_length, d.has_legal_mask, self.rng)
+        self.in_tree_masks = d.has_legal_mask and d.two_player
+        self.stop_event = threading.Event()
+        self.env_steps = 0
+        self.training_step = 0
+        self._pending: list = []
+        self._returns: list = []
+        self._lengths: list = []
+
+    def _network_input(self, step) -> np.ndarray:
+        return self.history.network_input() if self.history is not None else step.observation
+
+    def _recurrent_fn(self, root_legal: np.ndarray):
+        if not self.in_tree_masks:
+            return self.client.recurrent_fn
+        masks = TreeLegalMasks(root_legal, self.num_nodes)
+
+        def recurrent_fn(parent_node, action, new_node):
+            reward, value, logits = self.client.recurrent_fn(parent_node, action, new_node)
+            return reward, value, logits, masks(parent_node, action, new_node)
+        return recurrent_fn
+
+    def act(self, step):
+        """One search over the E roots of ``step``; returns (actions [E], SearchResult)."""
+        s = self.settings
+        root = self.client.initial_inference(self._network_input(step))
+        legal = step.legal_mask
+        result = search(RootOutputs(value=np.asarray(root["value"], np.float32),
+                                    policy_logits=np.asarray(root["policy_logits"], np.float32),
+                                    legal_mask=legal, to_play=step.to_play),
+                        self._recurrent_fn(legal), s.search, self.rng, add_noise=not s.evaluation)
+        temperature = 0.0 if s.evaluation else s.search.temperature_at(self.training_step)
+        return select_action(result.visit_counts, temperature, self.rng), result
+
+    def _push(self, force: bool = False) -> None:
+        if not self._pending and not self._returns:
+            return
+        items = list(self._pending)
+        if self._returns:
+            items.append(episode_report(np.concatenate(self._returns), np.concatenate(self._lengths),
+                                        self.settings.evaluation))
+        self.client.push_segments(items)
+        self._pending, self._returns, self._lengths = [], [], []
+
+    def run(self) -> None:
+        s = self.settings
+        self.client.register(s.envs_per_actor, self.num_nodes)
+        try:
+            self.training_step = int(self.client.learner_info().get("training_step", 0))
+        except Exception:  # the learner may not be fully up yet; the next poll retries
+            pass
+        step = self.batch.reset()
+        if self.history is not None:
+            self.history.start(step.observation, np.ones(s.envs_per_actor, bool))
+        last_push = last_info = time.monotonic()
+        while not self.stop_event.is_set():
+            actions, result = self.act(step)
+            nxt = self.batch.step(actions)
+            if not s.evaluation:
+                self._pending += self.builder.add(step.observation, actions, nxt.reward, result.root_value,
+                                                  result.policy_target, step.to_play,
+                                                  step.legal_mask if self.descriptor.has_legal_mask else None,
+                                                  nxt.terminated, nxt.truncated)
+            if self.history is not None:
+                self.history.push(nxt.observation, actions)
+                self.history.start(nxt.observation, nxt.done)
+            ended = nxt.episode_length >= 0
+            if ended.any():
+                self._returns.append(nxt.episode_return[ended])
+                self._lengths.append(nxt.episode_length[ended])
+            self.env_steps += s.envs_per_actor
+            step = nxt
+            now = time.monotonic()
+            if now - last_push >= s.push_every_s:
+                self._push()
+                last_push = now
+            if now - last_info >= s.info_every_s:
+                self.training_step = int(self.client.learner_info().get("training_step", self.training_step))
+                last_info = now
+            if s.max_env_steps and self.env_steps >= s.max_env_steps:
+                break
+        if not s.evaluation:
+            self._pending += self.builder.flush()
+        self._push(force=True)
+
+
+def run_actor(settings: ActorSettings) -> None:
+    """Process entry point: connect, register, act until SIGTERM/SIGINT or max_env_steps."""
+    from muzero.rpc.client import InferenceClient
+    from muzero.rpc.config import ClientConfig
+    config = settings.client_config or ClientConfig()
+    client = InferenceClient(settings.server, actor_id=settings.actor_id, config=config)
+    actor = Actor(settings, client)
+
+    def stop(signum, frame):
+        actor.stop_event.set()
+    signal.signal(signal.SIGTERM, stop)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGINT, stop) if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else None
+        except ValueError:
+            pass
+    try:
+        actor.run()
+    finally:
+        try:
+            client.close()
+        finally:
+            actor.batch.close()

@@ -1,0 +1,71 @@
+"""``python -m muzero.eval --export_dir=runs/cartpole/export/step-N``: play an exported model.
+
+Loads the SavedModel (no training code), runs greedy MuZero search (temperature 0,
+no root noise) over ``--num_envs`` envs and prints the mean episode return. For
+tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
+perfect player and prints wins, draws and losses.
+
+Examples:
+  python -m muzero.eval --export_dir=runs/cartpole/export/step-3000 --episodes=20
+  python -m muzero.eval --export_dir=runs/tictactoe/export/step-9000 --opponent=minimax --episodes=100
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("export_dir", None, "A SavedModel directory written by the learner (holds muzero_export.json).")
+flags.DEFINE_integer("episodes", 20, "Episodes (games) to play.")
+flags.DEFINE_integer("num_envs", 8, "Envs played in lockstep.")
+flags.DEFINE_integer("simulations", None, "Override the search's num_simulations.")
+flags.DEFINE_integer("seed", 0, "Seed of envs and tie-breaking.")
+flags.DEFINE_string("env", None, "Env name, when the export has no run.json.")
+flags.DEFINE_string("env_options", None, "JSON env options, when the export has no run.json.")
+flags.DEFINE_enum("opponent", "none", ["none", "minimax", "random"], "Opponent for tic-tac-toe.")
+
+
+def main(argv):
+    del argv
+    import dataclasses
+
+    import numpy as np
+
+    from muzero.eval.evaluator import evaluate, load_run, search_config_from_run
+    if not FLAGS.export_dir:
+        raise ValueError("--export_dir is required")
+    run = load_run(FLAGS.export_dir) or {}
+    search_config = search_config_from_run(run) if run else None
+    if FLAGS.simulations is not None:
+        if search_config is None:
+            from muzero.config import SearchConfig
+            search_config = SearchConfig()
+        search_config = dataclasses.replace(search_config, num_simulations=FLAGS.simulations)
+    opponent = None
+    if FLAGS.opponent != "none":
+        from envs.tictactoe import EMPTY, MinimaxPlayer
+        if FLAGS.opponent == "minimax":
+            opponent = MinimaxPlayer(seed=FLAGS.seed).act
+        else:
+            rng = np.random.default_rng(FLAGS.seed)
+            opponent = lambda board, to_play: int(rng.choice(np.flatnonzero(board == EMPTY)))  # noqa: E731
+    options = json.loads(FLAGS.env_options) if FLAGS.env_options else None
+    result = evaluate(FLAGS.export_dir, FLAGS.episodes, num_envs=FLAGS.num_envs, seed=FLAGS.seed,
+                      env=FLAGS.env, env_options=options, search_config=search_config, opponent=opponent)
+    print(f"episodes={len(result['returns'])} mean_return={result['mean_return']:.2f}")
+    if opponent is not None:
+        print(f"wins={result['wins']} draws={result['draws']} losses={result['losses']}")
+
+
+def run():
+    try:
+        app.run(main)
+    except (ValueError, OSError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,155 @@
+"""Plays exported SavedModels: greedy MuZero search over a batch of envs, no training code.
+
+The model comes from ``tf.saved_model.load`` (its two signatures) and the
+``muzero_export.json`` beside it; the network code in ``muzero.network`` is never
+imported. Hidden states of the search trees stay in this process, in a NumPy array
+``[E, N, *hidden]`` keyed by (env, node), exactly as the learner's latent cache
+keys them.
+
+``run.json`` (written by the learner next to each export) names the env, its
+options and the search settings; without it, pass them explicitly.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+import envs
+from muzero.config import SearchConfig, from_dict, to_dict
+from muzero.mcts import RootOutputs, search, select_action
+from muzero.observation import FrameHistory
+
+RUN_JSON = "run.json"
+
+
+class SavedModelPlayer:
+    """Greedy (temperature 0, no noise) MuZero player for E envs from an exported SavedModel."""
+
+    def __init__(self, export_dir: str, search_config: SearchConfig, num_envs: int):
+        import tensorflow as tf  # the SavedModel runtime only
+        self._tf = tf
+        with open(os.path.join(export_dir, "muzero_export.json")) as f:
+            self.spec = json.load(f)
+        self.model = tf.saved_model.load(export_dir)
+        self._initial = self.model.signatures["initial_inference"]
+        self._recurrent = self.model.signatures["recurrent_inference"]
+        self.search_config = search_config
+        self.num_envs = num_envs
+        self.num_actions = int(self.spec["num_actions"])
+        hidden = tuple(self.spec["hidden_shape"])
+        self._hidden = np.zeros((num_envs, search_config.num_simulations + 1) + hidden, np.float32)
+        self.input_dtype = np.dtype(self.spec["observation"]["dtype"])
+
+    def _call(self, fn, **inputs) -> dict:
+        out = fn(**{k: self._tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in out.items()}
+
+    def act(self, observation: np.ndarray, legal_mask: np.ndarray, to_play: np.ndarray,
+            rng: np.random.Generator, in_tree_masks: bool = False) -> np.ndarray:
+        """observation [E, *input_shape] -> greedy actions [E]."""
+        root = self._call(self._initial, observation=observation.astype(self.input_dtype, copy=False))
+        self._hidden[:, 0] = root["hidden_state"]
+        rows = np.arange(self.num_envs)
+        taken = np.zeros((self.num_envs, self._hidden.shape[1], self.num_actions), bool)
+
+        def recurrent_fn(parent_node, action, new_node):
+            out = self._call(self._recurrent, hidden_state=self._hidden[rows, parent_node],
+                             action=action.astype(np.int32))
+            self._hidden[rows, new_node] = out["hidden_state"]
+            if not in_tree_masks:
+                return out["reward"], out["value"], out["policy_logits"]
+            taken[rows, new_node] = taken[rows, parent_node]
+            taken[rows, new_node, action] = True
+            legal = legal_mask & ~taken[rows, new_node]
+            return out["reward"], out["value"], out["policy_logits"], legal
+
+        result = search(RootOutputs(root["value"], root["policy_logits"], legal_mask, to_play),
+                        recurrent_fn, self.search_config, rng, add_noise=False)
+        return select_action(result.visit_counts, 0.0, rng)
+
+
+def load_run(export_dir: str) -> Optional[dict]:
+    path = os.path.join(export_dir, RUN_JSON)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_run(export_dir: str, env: str, env_options: dict, search_config: SearchConfig,
+              stack_frames: int) -> None:
+    with open(os.path.join(export_dir, RUN_JSON), "w") as f:
+        json.dump({"env": env, "env_options": env_options, "stack_frames": stack_frames,
+                   "search": to_dict(search_config)}, f, indent=2)
+
+
+def search_config_from_run(run: dict) -> SearchConfig:
+    return from_dict(SearchConfig, run["search"])
+
+
+def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
+             env: Optional[str] = None, env_options: Optional[dict] = None,
+             search_config: Optional[SearchConfig] = None, opponent=None, log=None) -> dict:
+    """Plays ``episodes`` episodes greedily; returns returns, lengths and their mean.
+
+    ``opponent`` (two-player games): a callable ``(board, to_play) -> action`` playing
+    the other side; the agent plays player 0 in even-numbered envs and player 1 in odd
+    ones, and the result per game is +1 win / 0 draw / -1 loss for the agent.
+    """
+    run = load_run(export_dir) or {}
+    env = env or run.get("env")
+    if env is None:
+        raise ValueError(f"{export_dir} has no {RUN_JSON}: pass the env name")
+    env_options = env_options if env_options is not None else run.get("env_options", {})
+    search_config = search_config or search_config_from_run(run)
+    batch = envs.make_batch(env, num_envs, seed=seed, **env_options)
+    descriptor = batch.descriptor
+    player = SavedModelPlayer(export_dir, search_config, num_envs)
+    stack = int(run.get("stack_frames", 1))
+    history = FrameHistory(num_envs, descriptor.observation_shape, stack, descriptor.num_actions) \
+        if descriptor.is_image else None
+    rng = np.random.default_rng(seed)
+    step = batch.reset()
+    if history is not None:
+        history.start(step.observation, np.ones(num_envs, bool))
+    agent_side = np.arange(num_envs) % 2
+    returns, lengths = [], []
+    outcomes = {0: [], 1: []}   # agent's side -> +1 win / 0 draw / -1 loss per finished game
+    per_side = -(-episodes // 2)
+
+    def finished() -> bool:
+        if opponent is None:
+            return len(returns) >= episodes
+        return min(len(outcomes[0]), len(outcomes[1])) >= per_side
+
+    while not finished():
+        obs = history.network_input() if history is not None else step.observation
+        actions = player.act(obs, step.legal_mask, step.to_play, rng,
+                             in_tree_masks=descriptor.two_player and descriptor.has_legal_mask)
+        if opponent is not None:
+            boards = batch.boards
+            theirs = step.to_play != agent_side
+            for i in np.flatnonzero(theirs):
+                actions[i] = opponent(boards[i], int(step.to_play[i]))
+        mover = step.to_play.copy()
+        nxt = batch.step(actions)
+        if history is not None:
+            history.push(nxt.observation, actions)
+            history.start(nxt.observation, nxt.done)
+        for i in np.flatnonzero(nxt.episode_length >= 0):
+            returns.append(float(nxt.episode_return[i]))
+            lengths.append(int(nxt.episode_length[i]))
+            if opponent is not None:
+                won = nxt.reward[i] > 0
+                outcomes[int(agent_side[i])].append(0 if not won else (1 if mover[i] == agent_side[i] else -1))
+        step = nxt
+    result = {"returns": returns[:episodes], "lengths": lengths[:episodes],
+              "mean_return": float(np.mean(returns[:episodes]))}
+    if opponent is not None:
+        o = np.array(outcomes[0][:per_side] + outcomes[1][:per_side])
+        result.update(wins=int((o == 1).sum()), draws=int((o == 0).sum()), losses=int((o == -1).sum()))
+    batch.close()
+    return result

@@ -1,0 +1,164 @@
+"""Actor side: segment building by hand, in-tree legal masks, and the actor loop against a real
+server (a NumPy model, no TensorFlow) whose pushed segments must form valid, contiguous episodes."""
+import numpy as np
+import pytest
+
+import envs
+from muzero.actor.actor import Actor, ActorSettings, TreeLegalMasks
+from muzero.actor.segments import SegmentBuilder
+from muzero.config import SearchConfig
+from muzero.replay.store import validate_segment
+from muzero.rpc.client import InferenceClient
+from muzero.rpc.config import ServerConfig
+from muzero.rpc.muzero_service import InMemoryLearnerHandlers, serve
+
+
+def _add(builder, t, done_env=None, truncated_env=None):
+    e = builder.num_envs
+    terminated = np.zeros(e, bool)
+    truncated = np.zeros(e, bool)
+    if done_env is not None:
+        terminated[done_env] = True
+    if truncated_env is not None:
+        truncated[truncated_env] = True
+    obs = np.full((e, 1), t, np.float32) + np.arange(e)[:, None] * 100
+    return builder.add(obs, np.full(e, t % 2), np.full(e, 0.5 * t, np.float32), np.full(e, t, np.float32),
+                       np.full((e, 2), 0.5, np.float32), np.zeros(e, np.int8), None, terminated, truncated)
+
+
+def test_segment_builder_by_hand():
+    builder = SegmentBuilder(2, (1,), np.float32, 2, segment_length=3, with_legal_masks=False,
+                             rng=np.random.default_rng(0))
+    ids = builder.episode_id.copy()
+    assert _add(builder, 0) == []
+    # Step 1: env 1's episode terminates after 2 steps -> a 2-step terminated segment.
+    out = _add(builder, 1, done_env=1)
+    assert len(out) == 1
+    seg = out[0]
+    assert seg["episode_id"] == ids[1] and seg["start"] == 0 and bool(seg["terminated"])
+    np.testing.assert_array_equal(seg["observations"][:, 0], [100, 101])
+    np.testing.assert_array_equal(seg["actions"], [0, 1])
+    np.testing.assert_array_equal(seg["rewards"], [0.0, 0.5])
+    assert builder.episode_id[1] != ids[1]                    # env 1 starts a new episode
+    # Step 2: env 0 holds 3 steps -> a full, unfinished segment; its next one starts at 3.
+    out = _add(builder, 2)
+    assert [(s["episode_id"], int(s["start"]), len(s["actions"])) for s in out] == [(ids[0], 0, 3)]
+    assert not out[0]["terminated"] and not out[0]["truncated"]
+    # Step 3: env 0 is truncated -> [3] with truncated; env 1 (new episode) has 2 steps.
+    out = _add(builder, 3, truncated_env=0)
+    assert [(s["episode_id"], int(s["start"]), bool(s["truncated"])) for s in out] == [(ids[0], 3, True)]
+    flushed = builder.flush()
+    assert [(int(s["start"]), len(s["actions"])) for s in flushed] == [(0, 2)]
+    np.testing.assert_array_equal(flushed[0]["observations"][:, 0], [102, 103])
+
+
+def test_tree_legal_masks_follow_the_path():
+    root = np.array([[True, True, True, False], [True, False, False, False]])
+    masks = TreeLegalMasks(root, num_nodes=4)
+    # Simulation 0: both trees play action 0 from the root (node 0) into node 1.
+    m1 = masks(np.array([0, 0]), np.array([0, 0]), np.array([1, 1]))
+    np.testing.assert_array_equal(m1[0], [False, True, True, False])
+    np.testing.assert_array_equal(m1[1], [True, True, True, True])   # nothing left: all allowed
+    # Simulation 1: tree 0 continues from node 1 with action 2 into node 2.
+    m2 = masks(np.array([1, 0]), np.array([2, 0]), np.array([2, 2]))
+    np.testing.assert_array_equal(m2[0], [False, True, False, False])
+
+
+class _VectorModel:
+    """A NumPy model for CartPole-shaped inputs: (4,) float32 -> hidden (4,), 2 actions."""
+
+    input_shape, input_dtype, hidden_shape, num_actions = (4,), np.float32, (4,), 2
+
+    def _out(self, h, reward):
+        return {"value": np.tanh(h.sum(1)), "reward": reward, "hidden_state": h,
+                "policy_logits": np.stack([h[:, 0], -h[:, 0]], 1).astype(np.float32)}
+
+    def initial_inference(self, observation):
+        h = np.asarray(observation, np.float32)
+        return self._out(h, np.zeros(len(h), np.float32))
+
+    def recurrent_inference(self, hidden_state, action):
+        h = (0.5 * np.asarray(hidden_state) + np.asarray(action)[:, None]).astype(np.float32)
+        return self._out(h, np.ones(len(h), np.float32))
+
+
+class _BoardModel:
+    """A NumPy model for tic-tac-toe planes: (3, 3, 3) uint8 -> hidden (9,), 9 actions."""
+
+    input_shape, input_dtype, hidden_shape, num_actions = (3, 3, 3), np.uint8, (9,), 9
+
+    def _out(self, h):
+        return {"value": np.zeros(len(h), np.float32), "reward": np.zeros(len(h), np.float32),
+                "hidden_state": h, "policy_logits": h.copy()}
+
+    def initial_inference(self, observation):
+        return self._out(np.asarray(observation, np.float32)[..., 0].reshape(-1, 9))
+
+    def recurrent_inference(self, hidden_state, action):
+        return self._out((np.asarray(hidden_state) + np.eye(9, dtype=np.float32)[action]).astype(np.float32))
+
+
+def _run_actor(model, env, steps, envs_per_actor, segment_length, simulations=4):
+    handlers = InMemoryLearnerHandlers()
+    server, _ = serve(model, ServerConfig(max_nodes=simulations + 1, cache_slots=64),
+                      push_segments_handler=handlers.push_segments, learner_info_handler=handlers.learner_info)
+    try:
+        settings = ActorSettings(server=f"127.0.0.1:{server.port}", env=env,
+                                 search=SearchConfig(num_simulations=simulations,
+                                                     two_player=envs.describe(env).two_player),
+                                 envs_per_actor=envs_per_actor, segment_length=segment_length,
+                                 max_env_steps=steps, push_every_s=0.0)
+        client = InferenceClient(settings.server)
+        actor = Actor(settings, client)
+        actor.run()
+        client.close()
+    finally:
+        server.stop()
+    return handlers.segments, actor
+
+
+def _episodes(segments, descriptor):
+    """Checks every segment and that each episode's segments are contiguous; returns them by id."""
+    by_episode = {}
+    for seg in (s for s in segments if "report" not in s):
+        validate_segment(seg, descriptor, 10_000)
+        by_episode.setdefault(int(seg["episode_id"]), []).append(seg)
+    for parts in by_episode.values():
+        starts = [int(s["start"]) for s in parts]
+        assert starts[0] == 0
+        assert starts == list(np.cumsum([0] + [len(s["actions"]) for s in parts[:-1]]))
+        assert not any(bool(s["terminated"]) or bool(s["truncated"]) for s in parts[:-1])
+    return by_episode
+
+
+def test_actor_pushes_contiguous_cartpole_episodes():
+    segments, actor = _run_actor(_VectorModel(), "cartpole", steps=400, envs_per_actor=4, segment_length=7)
+    episodes = _episodes(segments, envs.describe("cartpole"))
+    pushed_steps = sum(len(s["actions"]) for s in segments if "report" not in s)
+    assert pushed_steps == actor.env_steps == 400
+    reports = [s for s in segments if "report" in s]
+    lengths = np.concatenate([r["episode_length"] for r in reports])
+    finished = sorted(sum(len(s["actions"]) for s in parts) for parts in episodes.values()
+                      if bool(parts[-1]["terminated"]))
+    assert finished and sorted(lengths.tolist()) == finished
+    for parts in episodes.values():
+        np.testing.assert_array_equal(np.concatenate([s["rewards"] for s in parts]), 1.0)
+        policies = np.concatenate([s["policies"] for s in parts])
+        np.testing.assert_allclose(policies.sum(1), 1.0, rtol=1e-5)
+
+
+def test_actor_plays_only_legal_tictactoe_moves_with_alternating_players():
+    segments, _ = _run_actor(_BoardModel(), "tictactoe", steps=180, envs_per_actor=6, segment_length=9,
+                             simulations=6)
+    episodes = _episodes(segments, envs.describe("tictactoe"))
+    complete = [parts for parts in episodes.values() if bool(parts[-1]["terminated"])]
+    assert len(complete) >= 10
+    for parts in complete:
+        actions = np.concatenate([s["actions"] for s in parts])
+        legal = np.concatenate([s["legal_masks"] for s in parts])
+        to_play = np.concatenate([s["to_play"] for s in parts])
+        assert legal[np.arange(len(actions)), actions].all()
+        assert len(set(actions.tolist())) == len(actions)          # no cell played twice
+        np.testing.assert_array_equal(to_play, np.arange(len(actions)) % 2)
+        policies = np.concatenate([s["policies"] for s in parts])
+        assert (policies[~legal] == 0).all()                       # no visits to illegal moves

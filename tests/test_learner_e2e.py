@@ -1,0 +1,146 @@
+"""End to end: ``python -m muzero.learner`` trains, checkpoints, resumes, survives a killed actor.
+
+These run the real command in subprocesses (the learner, its server and spawned actor
+processes), with short time budgets.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    env = dict(os.environ)
+    env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _learner(args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _records(logdir):
+    path = os.path.join(logdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _children(pid):
+    """Pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _actor_children(pid):
+    pids = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"multiprocessing" in cmd and b"resource_tracker" not in cmd:
+            pids.append(child)
+    return pids
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--env=pacman"], "--env='pacman' is not a known env"),
+    (["--simulations=0"], "SearchConfig.num_simulations=0"),
+    (["--envs_per_actor=0"], "envs_per_actor=0"),
+    (["--logdir=/proc/forbidden"], "is not writable"),
+    (["--set=search.bogus=1"], "search has no field 'bogus'"),
+])
+def test_bad_flags_exit_nonzero_with_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: ") and needle in lines[-1], proc.stderr[-2000:]
+    assert sum(line.startswith("error: ") for line in lines) == 1
+
+
+def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_path):
+    logdir = str(tmp_path / "cartpole")
+    common = [f"--logdir={logdir}", "--env=cartpole", "--num_actors=2", "--num_eval_actors=0",
+              "--envs_per_actor=16", "--set=replay.min_steps_to_sample=300", "--checkpoint_every_secs=15"]
+    proc = _learner([*common, "--max_seconds=60"])
+    killed = None
+    deadline = time.monotonic() + 150
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        records = _records(logdir)
+        if killed is None and records and records[-1]["training_step"] > 20:
+            actors = _actor_children(proc.pid)
+            assert len(actors) >= 2, f"expected 2 actor processes, found {actors}"
+            os.kill(actors[0], signal.SIGKILL)
+            killed = (actors[0], records[-1]["training_step"], time.monotonic())
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert killed is not None, "training never started:\n" + out[-3000:]
+
+    records = _records(logdir)
+    after_kill = [r for r in records if r["training_step"] > killed[1]]
+    assert len(after_kill) >= 2, "training stopped after an actor was killed"
+    assert "restarting it" in out
+    assert records[-1]["env_steps"] > 1000 and records[-1]["replay_steps"] > 1000
+    losses = [r for r in records if r.get("loss/value") is not None]
+    assert all(np.isfinite(r["loss/total"]) for r in losses)
+    assert losses[-1]["loss/value"] < losses[0]["loss/value"], "value loss did not fall"
+    assert os.path.isfile(os.path.join(logdir, "config.json"))
+    assert json.load(open(os.path.join(logdir, "config.json")))["env"] == "cartpole"
+    latest = open(os.path.join(logdir, "checkpoints", "latest")).read().strip()
+    final_step = int(latest.split("-")[1])
+    assert final_step == records[-1]["training_step"] or final_step >= records[-1]["training_step"]
+    events = os.listdir(os.path.join(logdir, "tensorboard"))
+    assert any(name.startswith("events.out.tfevents") for name in events)
+    assert os.path.isdir(os.path.join(logdir, "export", f"step-{final_step}"))
+    replay_before = records[-1]["replay_steps"]
+
+    # The same command again resumes: the step continues and the replay comes back.
+    proc = _learner([*common, "--max_seconds=15"])
+    out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"resumed from {os.path.join(logdir, 'checkpoints', latest)}" in out
+    new = _records(logdir)[len(records):]
+    assert new and new[0]["training_step"] >= final_step
+    assert new[0]["replay_steps"] >= replay_before
+    assert new[-1]["training_step"] > final_step
+
+
+def test_atari_tiny_network_runs_on_cpu(tmp_path):
+    logdir = str(tmp_path / "atari")
+    proc = _learner([f"--logdir={logdir}", "--env=atari", "--max_seconds=60", "--num_actors=1",
+                     "--num_eval_actors=0", "--envs_per_actor=4", "--simulations=4", "--batch_size=8",
+                     "--set=targets.stack_frames=2", "--set=network.conv_channels=8",
+                     "--set=network.conv_reduced_channels=4", "--set=network.head_hidden_size=16",
+                     "--set=replay.min_steps_to_sample=100", "--set=replay.segment_length=20",
+                     "--set=network.value_support={\"low\": -20, \"high\": 20, \"num_bins\": 41}",
+                     "--set=network.reward_support={\"low\": -5, \"high\": 5, \"num_bins\": 11}",
+                     '--env_options={"game": "Pong"}'])
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-3000:]
+    records = _records(logdir)
+    assert records and records[-1]["env_steps"] > 100
+    assert records[-1]["training_step"] > 0, out[-3000:]
