@@ -133,3 +133,32 @@ def test_parallel_kernel_matches_serial():
                               parallel=parallel))
     np.testing.assert_array_equal(results[0].visit_counts, results[1].visit_counts)
     np.testing.assert_array_equal(results[0].root_value, results[1].root_value)
+
+
+class TiedNetwork(PathNetwork):
+    """PathNetwork whose logits take only the values 0 and 1: many equal priors, so the
+    lowest-id tie rule decides among unvisited (and equally scored visited) children."""
+
+    def outputs(self, b, path):
+        reward, value, logits, mask = super().outputs(b, path)
+        return reward, value, (logits > 0).astype(np.float32), mask
+
+    def root(self, rng):
+        value, logits, mask = super().root(rng)
+        return value, (logits > 0).astype(np.float32), mask
+
+
+@pytest.mark.parametrize("use_masks", [False, True])
+def test_ties_between_equal_priors_match_reference(use_masks):
+    batch, num_actions = 5, 9
+    config = SearchConfig(num_simulations=40, two_player=use_masks)
+    rng = np.random.default_rng(31)
+    net = TiedNetwork(31, batch, num_actions, use_masks)
+    value, logits, mask = net.root(rng)
+    net.trace = []
+    result = search(RootOutputs(value, logits, mask), net, config, rng, add_noise=False)
+    for b in range(batch):
+        ref = run_mcts(config, float(value[b]), logits[b], None if mask is None else mask[b], 0,
+                       net.one_tree(b), None)
+        assert [(int(p[b]), int(a[b]), int(n[b])) for p, a, n in net.trace] == ref["trace"]
+        np.testing.assert_array_equal(result.visit_counts[b], ref["visit_counts"])

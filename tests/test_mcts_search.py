@@ -259,3 +259,82 @@ def test_mcts_imports_no_tensorflow():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(
         __file__).resolve().parents[1]))
+
+
+def test_dirichlet_noise_depends_on_the_tree_seed_only():
+    # Tree b's noise is drawn from its own stream: the same seed and legal row give the
+    # same draws whatever the other rows of the batch are.
+    legal = np.ones((6, 9), bool)
+    legal[2, [0, 4]] = False
+    seeds = np.array([11, 12, 13, 14, 15, 16], np.int64)
+    full = dirichlet_noise(None, legal, 0.3, seeds=seeds)
+    part = dirichlet_noise(None, legal[[4, 2]], 0.3, seeds=seeds[[4, 2]])
+    np.testing.assert_array_equal(part, full[[4, 2]])
+    assert np.all(full[2, [0, 4]] == 0.0)
+    assert not np.allclose(full[0], full[1])   # different seeds, different noise
+    drawn = dirichlet_noise(np.random.default_rng(5), legal, 0.3)
+    again = dirichlet_noise(np.random.default_rng(5), legal, 0.3)
+    np.testing.assert_array_equal(drawn, again)
+
+
+def test_dirichlet_noise_moments_without_the_small_alpha_boost():
+    # alpha >= 1 skips the U^(1/alpha) boost. Dirichlet(2, 2, 2): mean 1/3, variance
+    # (1/3)(2/3)/(6 + 1) = 0.0317.
+    legal = np.ones((20_000, 3), bool)
+    noise = dirichlet_noise(np.random.default_rng(6), legal, alpha=2.0)
+    np.testing.assert_allclose(noise.mean(axis=0), 1 / 3, atol=0.01)
+    np.testing.assert_allclose(noise[:, 0].var(), (1 / 3) * (2 / 3) / 7, rtol=0.05)
+
+
+def test_root_hook_sees_up_to_date_root_statistics():
+    # The hook forces action 2 every time; before simulation s, root action 2 has been
+    # visited s times and the root s times (value 0 everywhere, so Q = 0).
+    net = TableNetwork({}, 3)
+    seen = []
+
+    def always_two(tree, simulation):
+        if simulation > 0:
+            seen.append((int(tree.node_visits[0, 0]), int(tree.children_visits[0, 0, 2]),
+                         float(tree.children_q[0, 0, 2])))
+        return np.array([2], np.int32)
+    search(RootOutputs(np.zeros(1, np.float32), np.zeros((1, 3), np.float32)), net,
+           SearchConfig(num_simulations=4), np.random.default_rng(0), add_noise=False,
+           root_action_fn=always_two)
+    assert seen == [(1, 1, 0.0), (2, 2, 0.0), (3, 3, 0.0)]
+
+
+def test_tree_edge_statistics_agree_with_the_nodes_after_search():
+    # Definitions (docs/SEARCH.md): an existing edge (s, a) -> c has visits N(c),
+    # Q = r(c) + discount * sign * V(c) and explore = P / (1 + N(c)); an edge without a
+    # child has explore = P, an illegal one -inf; the root was visited S times.
+    batch, num_actions, sims, discount = 3, 5, 30, 0.9
+    rng = np.random.default_rng(8)
+    outputs = (rng.normal(size=(sims, batch)), rng.normal(size=(sims, batch)),
+               rng.normal(size=(sims, batch, num_actions)))
+    mask = np.ones((batch, num_actions), bool)
+    mask[1, 3] = False
+
+    def fn(parent, action, new):
+        row = new[0] - 1
+        return outputs[0][row], outputs[1][row], outputs[2][row]
+    result = search(RootOutputs(np.zeros(batch), rng.normal(size=(batch, num_actions)), mask),
+                    fn, SearchConfig(num_simulations=sims, discount=discount, two_player=True), rng)
+    t = result.tree
+    np.testing.assert_array_equal(t.node_visits[:, 0], sims)
+    for b in range(batch):
+        for node in range(sims + 1):
+            for a in range(num_actions):
+                child, prior = t.children_index[b, node, a], t.children_prior[b, node, a]
+                if child >= 0:
+                    assert t.children_visits[b, node, a] == t.node_visits[b, child]
+                    q = t.node_reward[b, child] - discount * (
+                        t.node_value_sum[b, child] / t.node_visits[b, child])
+                    np.testing.assert_allclose(t.children_q[b, node, a], q, rtol=1e-12)
+                    np.testing.assert_allclose(t.children_explore[b, node, a],
+                                               prior / (1 + t.node_visits[b, child]), rtol=1e-12)
+                    assert t.node_depth[b, child] == t.node_depth[b, node] + 1
+                    assert t.node_to_play[b, child] == 1 - t.node_to_play[b, node]
+                elif child == -1:
+                    assert t.children_explore[b, node, a] == prior
+                else:
+                    assert t.children_explore[b, node, a] == -np.inf

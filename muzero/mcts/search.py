@@ -14,6 +14,7 @@ Imports NumPy, Numba (through the kernels) and :mod:`muzero.config`; never Tenso
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional
 
 import numba
@@ -21,6 +22,7 @@ import numpy as np
 
 from muzero.config import SearchConfig
 from muzero.mcts import kernels
+from muzero.mcts import noise as tree_noise
 from muzero.mcts.tree import ILLEGAL, RootOutputs, SearchResult, Tree, allocate_tree
 
 # recurrent_fn(parent_node [B] int32, action [B] int32, new_node [B] int32)
@@ -28,6 +30,36 @@ from muzero.mcts.tree import ILLEGAL, RootOutputs, SearchResult, Tree, allocate_
 RecurrentFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]
 # root_action_fn(tree, simulation) -> [B] int32 root actions forced for that simulation.
 RootActionFn = Callable[[Tree, int], np.ndarray]
+
+
+# Selection records (kernels.allocate_records) of each workspace, so that a reused
+# workspace also reuses (and does not page-fault) them: id(workspace.node_visits) ->
+# (weak reference to that array, records); an entry leaves when its array is freed.
+_WORKSPACE_RECORDS: dict = {}
+
+
+def _records_for(workspace: Optional[Tree], shape: tuple) -> tuple:
+    """Records for a search of ``shape`` (B, N, A): fresh, or kept with the workspace."""
+    if workspace is None:
+        return kernels.allocate_records(*shape)
+    key = workspace.node_visits
+    entry = _WORKSPACE_RECORDS.get(id(key))
+    if entry is not None and entry[0]() is key and entry[1][1].shape == shape:
+        return entry[1]
+    records = kernels.allocate_records(*shape)
+    if entry is None or entry[0]() is not key:
+        weakref.finalize(key, _WORKSPACE_RECORDS.pop, id(key), None)
+    _WORKSPACE_RECORDS[id(key)] = (weakref.ref(key), records)
+    return records
+
+
+def _is_float32(value, shape: tuple) -> bool:
+    """True when ``value`` can go to the kernels as it is (the common case, checked fast)."""
+    return (type(value) is np.ndarray and value.dtype == _FLOAT32 and value.shape == shape
+            and value.flags.c_contiguous)
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _as_float32(name: str, value, shape: tuple) -> np.ndarray:
@@ -80,20 +112,26 @@ def _check_root(root_outputs: RootOutputs) -> tuple:
     return value, logits, mask, to_play
 
 
-def dirichlet_noise(rng: np.random.Generator, legal: np.ndarray, alpha: float) -> np.ndarray:
+def dirichlet_noise(rng: Optional[np.random.Generator], legal: np.ndarray, alpha: float,
+                    seeds: Optional[np.ndarray] = None) -> np.ndarray:
     """Dirichlet(alpha) draws over each row's legal actions; [B, A] bool -> [B, A] float64.
 
-    Each row normalises independent Gamma(alpha, 1) draws over its legal actions (the
-    standard construction); illegal actions get 0. A row whose draws all underflow to 0
-    (possible only for tiny alpha) gets the uniform distribution over its legal actions.
+    Row b comes from its own random stream seeded by ``seeds[b]`` (int64; drawn from rng
+    in one call when None), so a tree's noise depends on its seed, legal actions and
+    alpha only, not on the rest of the batch (:mod:`muzero.mcts.noise`). Each row
+    normalises independent Gamma(alpha, 1) draws over its legal actions; illegal actions
+    get 0; a row whose draws all underflow to 0 (tiny alpha) is uniform over its legal
+    actions.
     """
-    draws = np.where(legal, rng.standard_gamma(alpha, size=legal.shape), 0.0)
-    totals = draws.sum(axis=1, keepdims=True)
-    underflow = totals[:, 0] <= 0.0
-    if underflow.any():
-        draws[underflow] = legal[underflow]
-        totals[underflow] = legal[underflow].sum(axis=1, keepdims=True)
-    return draws / totals
+    legal = np.ascontiguousarray(legal, dtype=np.bool_)
+    if seeds is None:
+        seeds = rng.integers(0, 2 ** 63 - 1, size=legal.shape[0], dtype=np.int64)
+    seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+    if seeds.shape != legal.shape[:1]:
+        raise ValueError(f"seeds has shape {seeds.shape}; expected {legal.shape[:1]}")
+    if not alpha > 0.0:
+        raise ValueError(f"alpha={alpha!r} is invalid: must be > 0")
+    return tree_noise.dirichlet_rows(seeds, legal, float(alpha))
 
 
 def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchConfig,
@@ -106,7 +144,8 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     [B, A] and to_play [B] at the roots. recurrent_fn(parent_node [B] int32, action [B]
     int32, new_node [B] int32) returns (reward [B], value [B], policy_logits [B, A]) with
     an optional fourth legal_mask [B, A] bool; it is called once per simulation and must
-    not keep the arrays it is given. rng: draws the root noise when ``noise`` is None.
+    not keep the arrays it is given. rng: draws the per-tree noise seeds when ``noise``
+    is None (:func:`dirichlet_noise`).
     noise: [B, A] Dirichlet draws to mix into the root prior (entries at illegal actions
     are ignored). add_noise=False (evaluation) leaves the root prior as the network's.
     root_action_fn(tree, simulation) -> [B] int32: if given, replaces pUCT at the root
@@ -145,12 +184,16 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         raise ValueError(f"workspace must be a Tree of shape (B, S+1, A) = {shape}")
     else:
         tree = workspace
+    records = _records_for(workspace, shape)
+    exploration_table = kernels.puct_tables(num_simulations, float(config.pb_c_base),
+                                            float(config.pb_c_init), int(config.parent_visit_offset))
     bound_low, bound_high = config.known_bounds if config.known_bounds is not None else (1.0, -1.0)
     all_legal = np.ones((batch, num_actions), np.bool_)
-    num_bad = kernels.init_roots(*tree, value, logits, mask if mask is not None else all_legal,
-                                 mask is not None, to_play, noise_array, use_noise,
+    num_bad = kernels.init_roots(*tree, *records, value, logits,
+                                 mask if mask is not None else all_legal, mask is not None,
+                                 to_play, noise_array, use_noise,
                                  float(config.root_exploration_fraction), float(bound_low),
-                                 float(bound_high))
+                                 float(bound_high), exploration_table)
     if num_bad:
         raise ValueError(f"root outputs are not finite in {num_bad} tree(s)")
 
@@ -159,11 +202,13 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         step = lambda *args: kernels.step_parallel(*args, chunks)   # noqa: E731
     else:
         step = kernels.step_serial
-    exploration_table = kernels.puct_tables(num_simulations, float(config.pb_c_base),
-                                            float(config.pb_c_init), int(config.parent_visit_offset))
-    params = (exploration_table, float(config.discount), bool(config.two_player),
-              int(config.max_depth))
-    # Row s holds the edge simulation s expands and the node id it creates.
+    two_player = bool(config.two_player)
+    params = (exploration_table, float(config.discount), two_player, int(config.max_depth))
+    # The Tree fields and records the steps touch, in step_serial's order.
+    state = (tree.node_reward, tree.node_raw_value, tree.node_parent, tree.node_action,
+             tree.children_index, tree.children_prior, tree.min_max,
+             *records)
+    # Row s holds the edge simulation s expands; it creates node s + 1 in every tree.
     parents = np.empty((num_simulations, batch), np.int32)   # [S, B]
     actions = np.empty((num_simulations, batch), np.int32)   # [S, B]
     new_nodes = np.repeat(np.arange(1, num_simulations + 1, dtype=np.int32)[:, None], batch, axis=1)
@@ -175,6 +220,8 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     def root_actions_for(sim: int):
         if root_action_fn is None:
             return no_root_actions, False
+        if sim > 0:   # the hook sees the root's statistics up to date
+            kernels.sync_tree(*tree, *records, 0, two_player)
         forced = np.ascontiguousarray(root_action_fn(tree, sim), dtype=np.int32)
         if forced.shape != (batch,):
             raise ValueError(f"root_action_fn returned shape {forced.shape}; expected {(batch,)}")
@@ -183,9 +230,13 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
             raise ValueError(f"root_action_fn returned illegal root actions {forced.tolist()}")
         return forced, True
 
+    # step(..., sim, ...) expands simulation sim's edge (none when sim = -1), then
+    # selects simulation sim + 1's edge when asked to.
     forced, has_forced = root_actions_for(0)
-    step(*tree, False, parents[0], actions[0], 0, dummy_f, dummy_f, dummy_logits, all_legal, False,
-         True, parents[0], actions[0], forced, has_forced, *params)
+    step(*state, -1, parents, actions, dummy_f, dummy_f, dummy_logits, all_legal, False, True,
+         forced, has_forced, *params)
+    hooked = root_action_fn is not None
+    batch_shape = (batch,)
     for sim in range(num_simulations):
         outputs = recurrent_fn(parents[sim], actions[sim], new_nodes[sim])
         if len(outputs) == 3:
@@ -196,41 +247,36 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         else:
             raise ValueError(f"recurrent_fn returned {len(outputs)} items; expected 3 "
                              "(reward, value, policy_logits) or 4 (+ legal_mask)")
-        reward = _as_float32("recurrent_fn reward", reward, (batch,))
-        leaf_value = _as_float32("recurrent_fn value", leaf_value, (batch,))
-        leaf_logits = _as_float32("recurrent_fn policy_logits", leaf_logits, logits_shape)
+        if not _is_float32(reward, batch_shape):
+            reward = _as_float32("recurrent_fn reward", reward, batch_shape)
+        if not _is_float32(leaf_value, batch_shape):
+            leaf_value = _as_float32("recurrent_fn value", leaf_value, batch_shape)
+        if not _is_float32(leaf_logits, logits_shape):
+            leaf_logits = _as_float32("recurrent_fn policy_logits", leaf_logits, logits_shape)
         has_mask = leaf_mask is not None
         leaf_mask = _as_mask("recurrent_fn legal_mask", leaf_mask, logits_shape) if has_mask else all_legal
-        last = sim + 1 == num_simulations
-        nxt = sim if last else sim + 1
-        if root_action_fn is None:
-            num_bad = step(*tree, True, parents[sim], actions[sim], sim + 1, reward, leaf_value,
-                           leaf_logits, leaf_mask, has_mask, not last, parents[nxt], actions[nxt],
-                           no_root_actions, False, *params)
-        else:   # the hook needs the backed-up tree before the next selection
-            num_bad = step(*tree, True, parents[sim], actions[sim], sim + 1, reward, leaf_value,
-                           leaf_logits, leaf_mask, has_mask, False, parents[nxt], actions[nxt],
-                           no_root_actions, False, *params)
-            if not last and not num_bad:
-                forced, has_forced = root_actions_for(sim + 1)
-                step(*tree, False, parents[sim], actions[sim], 0, dummy_f, dummy_f, dummy_logits,
-                     all_legal, False, True, parents[nxt], actions[nxt], forced, has_forced, *params)
+        select_next = sim + 1 < num_simulations
+        # With a hook, the next selection waits until the hook has seen the backed-up tree.
+        num_bad = step(*state, sim, parents, actions, reward, leaf_value, leaf_logits, leaf_mask,
+                       has_mask, select_next and not hooked, no_root_actions, False, *params)
         if num_bad:
             raise ValueError(f"recurrent_fn outputs at simulation {sim} are not finite "
                              f"(reward, value or legal logits) in {num_bad} tree(s)")
+        if select_next and hooked:
+            forced, has_forced = root_actions_for(sim + 1)
+            step(*state, -1 - (sim + 1), parents, actions, dummy_f, dummy_f, dummy_logits,
+                 all_legal, False, True, forced, has_forced, *params)
+    kernels.sync_tree(*tree, *records, num_simulations, two_player)
     return _root_statistics(tree, value)
 
 
 def _root_statistics(tree: Tree, root_network_value: np.ndarray) -> SearchResult:
     """Visit counts, visit distribution, root value and Q of the root's children."""
-    children = tree.children_index[:, 0, :]                    # [B, A]
-    visit_counts = np.where(children >= 0, tree.children_visits[:, 0, :], 0).astype(np.int32)
-    root_q = np.where(children >= 0, tree.children_q[:, 0, :], 0.0).astype(np.float32)
-    policy_target = (visit_counts / visit_counts.sum(axis=1, keepdims=True)).astype(np.float32)
-    root_value = (tree.node_value_sum[:, 0] / tree.node_visits[:, 0]).astype(np.float32)
+    visit_counts, policy_target, root_value, root_q, root_prior = kernels.root_statistics(
+        tree.children_index, tree.children_visits, tree.children_q, tree.children_prior,
+        tree.node_visits, tree.node_value_sum)
     return SearchResult(visit_counts=visit_counts, policy_target=policy_target,
-                        root_value=root_value, root_q=root_q,
-                        root_prior=tree.children_prior[:, 0, :].astype(np.float32),
+                        root_value=root_value, root_q=root_q, root_prior=root_prior,
                         root_network_value=np.asarray(root_network_value, np.float32), tree=tree)
 
 

@@ -32,11 +32,13 @@ class Tree(NamedTuple):
 
     Statistics are float64. ``node_value_sum`` is from the point of view of the player
     to move at that node. Edge statistics repeat the child's visits and Q next to the
-    prior so that selection reads one contiguous row per node: ``children_q`` is
-    ``reward + discount * sign * value_sum / visits`` of the child, from the point of
-    view of the player choosing at the parent, with ``sign = -1`` when the two players
-    differ (two-player games), else ``+1``; ``children_explore`` is the per-edge factor
-    of the pUCT exploration term, kept up to date by the backup.
+    prior: ``children_q`` is ``reward + discount * sign * value_sum / visits`` of the
+    child, from the point of view of the player choosing at the parent, with ``sign =
+    -1`` when the two players differ (two-player games), else ``+1``;
+    ``children_explore`` is the per-edge factor of the pUCT exploration term. During a
+    search the kernels keep visits, value sums, depths, players and edge statistics in
+    private records and write them here at its end (the root's before each root hook
+    call); ``search`` returns a complete Tree.
     """
 
     node_visits: np.ndarray      # [B, N] int32   times the node was on a backed-up path
@@ -71,9 +73,10 @@ def allocate_tree(batch_size: int, num_nodes: int, num_actions: int) -> Tree:
     """Uninitialised arrays for ``batch_size`` trees; the kernels write what they read.
 
     Every simulation creates exactly one node per tree and writes its node entries and
-    its ``children_index``, ``children_prior`` and ``children_explore`` rows.
-    ``children_visits`` and ``children_q`` are written when an edge is first backed up;
-    where ``children_index < 0`` they are unspecified (SearchResult masks them).
+    its ``children_index`` and ``children_prior`` rows; the end of the search writes the
+    other node entries, ``children_explore`` rows, and ``children_visits`` and
+    ``children_q`` of existing edges; where ``children_index < 0`` those two are
+    unspecified (SearchResult masks them).
     """
     b, n, a = batch_size, num_nodes, num_actions
     return Tree(
