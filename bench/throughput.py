@@ -6,6 +6,10 @@ Each run trains for --seconds with the default actors (training on, so actors, s
 trainer share the 2 cores as in a real run), and takes the median env steps/s of the
 progress records after the first 30 s (start-up and Numba/TF warm-up excluded). Prints
 one line per run and a last line env_steps_per_s=<median over runs>.
+
+The replay's samples-per-insert limiter is switched off here (replay.samples_per_insert=0):
+with it on, actors are held back to the trainer's pace by design, and the figure would
+measure the trainer, not acting. Pass -- --set=replay.samples_per_insert=4 to see that case.
 """
 import argparse
 import json
@@ -23,7 +27,7 @@ def one_run(args, index: int) -> float:
     shutil.rmtree(logdir, ignore_errors=True)
     cmd = [sys.executable, "-m", "muzero.learner", f"--env={args.env}", f"--logdir={logdir}",
            f"--simulations={args.simulations}", f"--max_seconds={args.seconds}", "--export=false",
-           "--num_eval_actors=0", *args.extra]
+           "--num_eval_actors=0", "--set=replay.samples_per_insert=0", *args.extra]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -27,8 +27,7 @@ def _add(builder, t, done_env=None, truncated_env=None):
 
 
 def test_segment_builder_by_hand():
-    builder = SegmentBuilder(2, (1,), np.float32, 2, segment_length=3, with_legal_masks=False,
-                             rng=np.random.default_rng(0))
+    builder = SegmentBuilder(2, (1,), np.float32, 2, segment_length=3, with_legal_masks=False)
     ids = builder.episode_id.copy()
     assert _add(builder, 0) == []
     # Step 1: env 1's episode terminates after 2 steps -> a 2-step terminated segment.
@@ -50,6 +49,13 @@ def test_segment_builder_by_hand():
     flushed = builder.flush()
     assert [(int(s["start"]), len(s["actions"])) for s in flushed] == [(0, 2)]
     np.testing.assert_array_equal(flushed[0]["observations"][:, 0], [102, 103])
+
+
+def test_episode_ids_differ_between_runs_with_the_same_seed():
+    # A restarted actor gets the same seed; its episodes must not chain onto the old run's.
+    a = SegmentBuilder(8, (1,), np.float32, 2, segment_length=3, with_legal_masks=False)
+    b = SegmentBuilder(8, (1,), np.float32, 2, segment_length=3, with_legal_masks=False)
+    assert not set(a.episode_id.tolist()) & set(b.episode_id.tolist())
 
 
 def test_tree_legal_masks_follow_the_path():

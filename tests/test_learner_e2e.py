@@ -112,7 +112,7 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert json.load(open(os.path.join(logdir, "config.json")))["env"] == "cartpole"
     latest = open(os.path.join(logdir, "checkpoints", "latest")).read().strip()
     final_step = int(latest.split("-")[1])
-    assert final_step == records[-1]["training_step"] or final_step >= records[-1]["training_step"]
+    assert final_step >= records[-1]["training_step"]  # the final checkpoint is taken after the last record
     events = os.listdir(os.path.join(logdir, "tensorboard"))
     assert any(name.startswith("events.out.tfevents") for name in events)
     assert os.path.isdir(os.path.join(logdir, "export", f"step-{final_step}"))

@@ -63,14 +63,30 @@ def test_missing_field_and_broken_chaining_are_rejected():
     with pytest.raises(ValueError, match="rewards"):
         rep.insert(seg)
     rep.insert(segment(VECTOR, 1, 0, 3))
-    with pytest.raises(ValueError, match="'start'=4.*expected start=3"):
-        rep.insert(segment(VECTOR, 1, 4, 3))
+    with pytest.raises(ValueError, match="'start'=2.*overlaps.*continues at start=3"):
+        rep.insert(segment(VECTOR, 1, 2, 3))
     rep.insert(segment(VECTOR, 1, 3, 2, terminated=True))
     with pytest.raises(ValueError, match="terminated"):
         rep.insert(segment(VECTOR, 1, 5, 2))
     with pytest.raises(ValueError, match="both True"):
         rep.insert(segment(VECTOR, 2, 0, 2, terminated=np.bool_(True), truncated=np.bool_(True)))
     assert rep.num_steps == 5
+
+
+def test_a_gap_starts_a_new_chain_and_pushes_are_all_or_nothing():
+    rep = replay()
+    rep.insert(segment(VECTOR, 7, 0, 3))
+    # Steps 3..9 were lost (e.g. a learner restart): the segment at 10 starts a new chain.
+    rep.insert(segment(VECTOR, 7, 10, 2))
+    assert rep.num_steps == 5
+    with pytest.raises(ValueError, match="overlaps"):
+        rep.insert(segment(VECTOR, 7, 11, 2))
+    # A push whose second segment overlaps its first stores nothing at all.
+    with pytest.raises(ValueError, match="overlaps"):
+        rep.insert_many([segment(VECTOR, 8, 0, 3), segment(VECTOR, 8, 1, 3)])
+    assert rep.num_steps == 5
+    assert rep.insert_many([segment(VECTOR, 8, 0, 3), segment(VECTOR, 8, 3, 1, terminated=True)]) == 4
+    assert rep.num_steps == 9
 
 
 def test_fifo_eviction_of_whole_segments_and_byte_accounting():

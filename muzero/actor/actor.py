@@ -25,7 +25,7 @@ import numpy as np
 import envs
 from muzero.actor.segments import SegmentBuilder
 from muzero.config import SearchConfig
-from muzero.mcts import RootOutputs, search, select_action
+from muzero.mcts import RootOutputs, allocate_tree, search, select_action
 from muzero.observation import FrameHistory
 
 
@@ -104,7 +104,8 @@ class Actor:
         self.history = (FrameHistory(s.envs_per_actor, d.observation_shape, s.stack_frames, d.num_actions)
                         if d.is_image else None)
         self.builder = SegmentBuilder(s.envs_per_actor, d.observation_shape, np.dtype(d.observation_dtype),
-                                      d.num_actions, s.segment_length, d.has_legal_mask, self.rng)
+                                      d.num_actions, s.segment_length, d.has_legal_mask)
+        self.workspace = allocate_tree(s.envs_per_actor, self.num_nodes, d.num_actions)
         self.in_tree_masks = d.has_legal_mask and d.two_player
         self.stop_event = threading.Event()
         self.env_steps = 0
@@ -134,19 +135,41 @@ class Actor:
         result = search(RootOutputs(value=np.asarray(root["value"], np.float32),
                                     policy_logits=np.asarray(root["policy_logits"], np.float32),
                                     legal_mask=legal, to_play=step.to_play),
-                        self._recurrent_fn(legal), s.search, self.rng, add_noise=not s.evaluation)
+                        self._recurrent_fn(legal), s.search, self.rng, add_noise=not s.evaluation,
+                        workspace=self.workspace)
         temperature = 0.0 if s.evaluation else s.search.temperature_at(self.training_step)
         return select_action(result.visit_counts, temperature, self.rng), result
 
-    def _push(self, force: bool = False) -> None:
-        if not self._pending and not self._returns:
-            return
-        items = list(self._pending)
-        if self._returns:
-            items.append(episode_report(np.concatenate(self._returns), np.concatenate(self._lengths),
-                                        self.settings.evaluation))
-        self.client.push_segments(items)
-        self._pending, self._returns, self._lengths = [], [], []
+    def _push(self, retry_for_s: float = 0.0) -> bool:
+        """Sends pending segments and episode statistics; True when delivered (or nothing to send).
+
+        RESOURCE_EXHAUSTED (the learner's rate limiter: nothing was stored) and transient
+        errors keep the items for the next attempt, retried here for up to ``retry_for_s``;
+        a push the learner rejects as malformed is logged and dropped, never fatal.
+        """
+        import grpc
+        from muzero.rpc.client import ServerError
+        deadline = time.monotonic() + retry_for_s
+        while self._pending or self._returns:
+            items = list(self._pending)
+            if self._returns:
+                items.append(episode_report(np.concatenate(self._returns), np.concatenate(self._lengths),
+                                            self.settings.evaluation))
+            try:
+                self.client.push_segments(items)
+            except ServerError as e:
+                if e.code == grpc.StatusCode.INVALID_ARGUMENT:
+                    self.log(f"actor {self.settings.actor_id}: learner rejected {len(items)} items: {e.details}")
+                elif e.code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                grpc.StatusCode.UNAVAILABLE):
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.5)
+                    continue
+                else:
+                    raise
+            self._pending, self._returns, self._lengths = [], [], []
+        return True
 
     def run(self) -> None:
         s = self.settings
@@ -187,7 +210,8 @@ class Actor:
                 break
         if not s.evaluation:
             self._pending += self.builder.flush()
-        self._push(force=True)
+        if not self._push(retry_for_s=5.0):
+            self.log(f"actor {s.actor_id}: could not deliver the last {len(self._pending)} segments at shutdown")
 
 
 def run_actor(settings: ActorSettings) -> None:

@@ -7,12 +7,15 @@ observation seen before acting (o_t), the action a_t, the reward after it
 (r_{t+1}, the mover's view in two-player games), the search root value and visit
 distribution at o_t, ``to_play`` at o_t and the legal mask at o_t.
 
-Episode ids are random 62-bit integers, so segments of a restarted actor (a new
-run) never chain onto episodes of its previous run.
+Episode ids are random 62-bit integers from the operating system's entropy, not from
+the actor's seeded generator, so segments of a restarted actor (same seed, a new run)
+never chain onto episodes of its previous run.
 
 Imports no TensorFlow.
 """
 from __future__ import annotations
+
+import secrets
 
 import numpy as np
 
@@ -21,10 +24,10 @@ class SegmentBuilder:
     """Per-env step buffers ``[E, T, ...]`` written with whole-batch NumPy stores."""
 
     def __init__(self, num_envs: int, observation_shape: tuple, observation_dtype, num_actions: int,
-                 segment_length: int, with_legal_masks: bool, rng: np.random.Generator):
+                 segment_length: int, with_legal_masks: bool):
         e, t, a = num_envs, segment_length, num_actions
         self.num_envs, self.segment_length = e, t
-        self._rng = rng
+        self._rng = np.random.default_rng(secrets.randbits(128))
         self.observations = np.zeros((e, t) + tuple(observation_shape), dtype=observation_dtype)
         self.actions = np.zeros((e, t), np.int32)
         self.rewards = np.zeros((e, t), np.float32)

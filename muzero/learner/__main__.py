@@ -139,6 +139,8 @@ def _check_logdir(path: str) -> None:
 def main(argv):
     if len(argv) > 1:
         raise UsageError(f"unexpected arguments {argv[1:]}; flags look like --name=value")
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
     settings = build_settings()
     logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", settings.env))
     _check_logdir(logdir)

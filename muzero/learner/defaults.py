@@ -84,16 +84,21 @@ def _cartpole() -> RunSettings:
             # return ~25 after 3.8k training steps, measured); uniform reached ~200 by then.
             replay=ReplayConfig(capacity_steps=100_000, segment_length=50, min_steps_to_sample=1_000,
                                 priority_exponent=0.0, importance_sampling_exponent=0.0,
-                                samples_per_insert=4.0, samples_per_insert_tolerance=20_000.0),
+                                samples_per_insert=8.0, samples_per_insert_tolerance=20_000.0),
             network=NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
                                   reward_support=SupportConfig(-2.0, 2.0, 5, True),
                                   mlp_hidden_size=64, mlp_num_layers=2, latent_size=64,
                                   head_hidden_size=64),
+            # Value loss weight 1 (the paper's 0.25 is for Atari with reanalyse) and 8 samples per
+            # inserted step: in 4-minute runs on 2 cores the greedy evaluation return passed 195
+            # after 1.7 min (1 actor x 64 envs), against 2.2 min with 0.25 and 4.
             training=TrainingConfig(batch_size=128, learning_rate=3e-3, lr_schedule="constant",
-                                    weight_decay=1e-4, value_loss_weight=0.25,
+                                    weight_decay=1e-4, value_loss_weight=1.0,
                                     max_train_steps=1_000_000, checkpoint_every_secs=120.0),
         ),
-        num_actors=2, envs_per_actor=32, num_eval_actors=1, eval_envs_per_actor=8,
+        # One acting process with many envs: on 2 cores a second process only adds gRPC
+        # round trips and competes with the trainer.
+        num_actors=1, envs_per_actor=64, num_eval_actors=1, eval_envs_per_actor=8,
     )
 
 

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Callable, Optional, Sequence
 
+import grpc
 import numpy as np
 import tensorflow as tf
 
@@ -35,10 +36,15 @@ from muzero.launch.local import LocalActors
 from muzero.learner import trainer as trainer_lib
 from muzero.learner.defaults import RunSettings
 from muzero.network import export_saved_model
-from muzero.replay import Replay
-from muzero.replay.store import validate_segment
+from muzero.replay import Replay, ReplayClosedError
 from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.rpc.muzero_service import serve
+from muzero.rpc.server import RequestError
+
+
+# Longest a push waits for the rate limiter before answering RESOURCE_EXHAUSTED; well
+# below the client's per-call deadline, so the actor always hears the outcome.
+PUSH_WAIT_S = 20.0
 
 
 def _format_duration(seconds: float) -> str:
@@ -110,7 +116,9 @@ class Learner:
     # -- server handlers (gRPC threads) -------------------------------------------------------------
 
     def _push_segments(self, items: list) -> dict:
-        """Validates every item first (a bad push stores nothing), then inserts segments."""
+        """Stores a push all or nothing: reports are checked, then the segments go into the
+        replay as one group. While the rate limiter holds inserts back the call waits up to
+        PUSH_WAIT_S, then answers RESOURCE_EXHAUSTED (nothing stored; the actor retries)."""
         reports, segments = [], []
         for item in items:
             if "report" in item:
@@ -120,12 +128,19 @@ class Learner:
                     raise ValueError("report: episode_return and episode_length must be finite, same length")
                 reports.append((returns, lengths, bool(item.get("evaluation", False))))
             else:
-                segments.append(validate_segment(item, self.descriptor, self.replay._store.capacity))
-        for seg in segments:
-            self.replay.insert(seg)
-            with self._counter_lock:
-                self.env_steps += len(seg["actions"])
-                self.segments += 1
+                segments.append(item)
+        try:
+            steps = self.replay.insert_many(segments, timeout=PUSH_WAIT_S)
+        except TimeoutError:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"push_segments: the replay's rate limiter held this push back for "
+                               f"{PUSH_WAIT_S:g} s (training is behind acting); nothing was stored, "
+                               "retry later") from None
+        except ReplayClosedError:
+            raise RequestError(grpc.StatusCode.UNAVAILABLE, "push_segments: the learner is shutting down") from None
+        with self._counter_lock:
+            self.env_steps += steps
+            self.segments += len(segments)
         for returns, lengths, evaluation in reports:
             self.episodes.add(returns, lengths, evaluation)
         return {"accepted": np.int64(len(segments)), "training_step": np.int64(self.training_step)}
@@ -319,20 +334,27 @@ class Learner:
         return path
 
     def _shutdown(self) -> None:
-        if self.actors is not None:
-            self.actors.stop()
-        if self.trainer is not None and self.replay is not None:
-            try:
-                self.checkpoint()
-            except Exception as e:  # never lose the rest of shutdown to a full disk
-                self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
-            if self.export:
-                path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
-                export_saved_model(self.trainer.network, path)
-                write_run(path, self.settings.env, dict(self.settings.env_options), self.config.search,
-                          self.config.targets.stack_frames if self.descriptor.is_image else 1)
-                self.log(f"SavedModel exported to {path}")
-        if self.replay is not None:
-            self.replay.close()
-        if self.server is not None:
-            self.server.stop(grace=1.0)
+        """Stops actors, writes the final checkpoint and export, then always closes the replay
+        (waking blocked pushes) and the server, whatever failed before."""
+        try:
+            if self.actors is not None:
+                self.actors.stop()
+            if self.trainer is not None and self.replay is not None:
+                try:
+                    self.checkpoint()
+                except Exception as e:  # keep shutting down: a full disk must not hang the exit
+                    self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
+                if self.export:
+                    try:
+                        path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
+                        export_saved_model(self.trainer.network, path)
+                        write_run(path, self.settings.env, dict(self.settings.env_options), self.config.search,
+                                  self.config.targets.stack_frames if self.descriptor.is_image else 1)
+                        self.log(f"SavedModel exported to {path}")
+                    except Exception as e:
+                        self.log(f"export failed: {type(e).__name__}: {e}")
+        finally:
+            if self.replay is not None:
+                self.replay.close()
+            if self.server is not None:
+                self.server.stop(grace=1.0)

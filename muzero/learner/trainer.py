@@ -122,6 +122,12 @@ def resolve_checkpoint(path: str) -> Optional[str]:
             candidate = os.path.join(base, name)
             if os.path.isfile(os.path.join(candidate, "state.json")):
                 return candidate
+        # No usable 'latest' (a crash between two renames): the newest complete ckpt-<step>.
+        if os.path.isdir(base):
+            complete = [d for d in os.listdir(base) if d.startswith("ckpt-") and d[5:].isdigit()
+                        and os.path.isfile(os.path.join(base, d, "state.json"))]
+            if complete:
+                return os.path.join(base, max(complete, key=lambda d: int(d[5:])))
     return None
 
 
@@ -148,9 +154,13 @@ def save_checkpoint(logdir: str, trainer: Trainer, replay, state: dict) -> str:
         replay.snapshot(os.path.join(tmp, "replay"))
         _atomic_write_text(os.path.join(tmp, "state.json"),
                            json.dumps({**state, "step": step, "saved_at": time.time()}, indent=2))
-        if os.path.exists(final):
-            shutil.rmtree(final)
+        old = None
+        if os.path.exists(final):  # same step saved again: move the old copy aside first
+            old = f"{tmp}-previous"
+            os.replace(final, old)
         os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

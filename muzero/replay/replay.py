@@ -106,12 +106,28 @@ class Replay:
         closed). Raises ValueError naming the field of a malformed segment,
         TimeoutError, or ReplayClosedError.
         """
-        seg = validate_segment(segment, self.descriptor, self._store.capacity)
+        self.insert_many([segment], timeout)
+
+    def insert_many(self, segments: list, timeout: Optional[float] = None) -> int:
+        """Stores several segments all or nothing; returns the env steps stored.
+
+        Every segment is validated and the episode chains are checked before anything is
+        stored, so a ValueError (naming the bad field) leaves the replay unchanged. The
+        rate limiter is consulted once for the whole group: it may overshoot its target by
+        one push, never split one. TimeoutError / ReplayClosedError also store nothing.
+        """
+        segs = [validate_segment(seg, self.descriptor, self._store.capacity) for seg in segments]
+        if not segs:
+            return 0
+        steps = sum(seg["observations"].shape[0] for seg in segs)
         with self._cond:
-            self._wait_for(self._limiter.can_insert, timeout, "insert a segment")
-            self._store.insert(seg)
-            self._limiter.record_insert(seg["observations"].shape[0])
+            self._wait_for(self._limiter.can_insert, timeout, "insert segments")
+            self._store.check_chain(segs)
+            for seg in segs:
+                self._store.insert(seg)
+            self._limiter.record_insert(steps)
             self._cond.notify_all()
+        return steps
 
     # ------------------------------------------------------------------ sample
     def _check_batch_size(self, batch_size: int) -> None:

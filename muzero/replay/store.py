@@ -91,8 +91,10 @@ def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) ->
         raise ValueError(f"segment has unknown field(s) {unknown}; known: {sorted(_REQUIRED + _OPTIONAL)}")
     episode_id = _scalar(segment, "episode_id", "int")
     start = _scalar(segment, "start", "int")
-    if start < 0:
-        raise ValueError(f"segment field 'start'={start} must be >= 0")
+    if not -2**63 <= episode_id < 2**63:
+        raise ValueError(f"segment field 'episode_id'={episode_id} does not fit in int64")
+    if not 0 <= start < 2**62:
+        raise ValueError(f"segment field 'start'={start} must be in [0, 2**62)")
     terminated = _scalar(segment, "terminated", "bool")
     truncated = _scalar(segment, "truncated", "bool")
     if terminated and truncated:
@@ -220,24 +222,48 @@ class TrajectoryStore:
         return arrays
 
     # ------------------------------------------------------------------ insert
+    def _stored_end(self, episode_id: int):
+        """(next expected start, how the stored episode ended or None) for a stored episode, else None."""
+        entry = self.episodes.get(episode_id)
+        if entry is None:
+            return None
+        row = entry[0] % self.capacity
+        end = int(self.seg_end[row])
+        how = None if end == END_OPEN else ("terminated" if end == END_TERMINATED else "truncated")
+        return int(self.seg_start[row] + self.seg_length[row]), how
+
+    def check_chain(self, segments: list) -> None:
+        """Raises ValueError if any of these validated segments, inserted in order, would overlap
+        its stored episode or arrive after that episode ended. Changes nothing.
+
+        A segment that starts *after* the stored end (a gap: the segments between were lost,
+        e.g. across a learner restart) is accepted and starts a new chain.
+        """
+        pending: dict = {}
+        for seg in segments:
+            episode_id, start = seg["episode_id"], seg["start"]
+            state = pending.get(episode_id) or self._stored_end(episode_id)
+            if state is not None:
+                expected, how = state
+                if how is not None:
+                    raise ValueError(f"segment for episode_id={episode_id} with start={start} arrived after "
+                                     f"the episode {how} at step {expected}")
+                if start < expected:
+                    raise ValueError(f"segment field 'start'={start} for episode_id={episode_id} overlaps "
+                                     f"the stored episode, which continues at start={expected}")
+            ended = "terminated" if seg["terminated"] else "truncated" if seg["truncated"] else None
+            pending[episode_id] = (start + seg["observations"].shape[0], ended)
+
     def insert(self, seg: dict) -> None:
         """Stores a validated segment (output of :func:`validate_segment`)."""
         c, t = self.capacity, seg["observations"].shape[0]
         episode_id, start = seg["episode_id"], seg["start"]
-        entry = self.episodes.get(episode_id)
-        if entry is not None:
-            row = entry[0] % c
-            if self.seg_end[row] != END_OPEN:
-                how = "terminated" if self.seg_end[row] == END_TERMINATED else "truncated"
-                raise ValueError(f"segment for episode_id={episode_id} with start={start} arrived after "
-                                 f"the episode {how} at step {self.seg_start[row] + self.seg_length[row]}")
-            expected = int(self.seg_start[row] + self.seg_length[row])
-            if start != expected:
-                raise ValueError(f"segment field 'start'={start} for episode_id={episode_id} does not "
-                                 f"continue the stored episode; expected start={expected}")
+        self.check_chain([seg])
         while self.num_steps + t > c:
             self._evict_oldest()
-        entry = self.episodes.get(episode_id)  # eviction may have removed the predecessor
+        # Eviction may have removed the predecessor; a gap starts a new chain.
+        state = self._stored_end(episode_id)
+        entry = self.episodes.get(episode_id) if state is not None and state[0] == start else None
         prev_id = entry[0] if entry is not None else -1
         chain_first = entry[1] if entry is not None else start
 

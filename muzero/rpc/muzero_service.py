@@ -330,7 +330,7 @@ class MuZeroService:
             raise invalid(f"push_segments: segment indices {sorted(groups)[:8]}... must be 0..n-1")
         try:
             result = self._push_handler([groups[i] for i in range(len(groups))])
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise invalid(f"push_segments: {type(e).__name__}: {e}") from None
         return dict(result or {})
 
