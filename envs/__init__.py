@@ -101,29 +101,21 @@ def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
 def _register_builtins() -> None:
     from envs import atari, cartpole, tictactoe
 
-    def cartpole_make(seed=0, **options):
-        _no_options("cartpole", options)
-        return cartpole.CartPole(seed=seed)
+    def register_fixed(name, env_cls, descriptor, batch_cls):
+        """An env without options: a class, its descriptor and its vectorised batch."""
+        def make_fn(seed=0, **options):
+            _no_options(name, options)
+            return env_cls(seed=seed)
 
-    def cartpole_describe(**options):
-        _no_options("cartpole", options)
-        return cartpole.DESCRIPTOR
+        def describe_fn(**options):
+            _no_options(name, options)
+            return descriptor
 
-    def cartpole_batch(num_envs, seed=0, **options):
-        _no_options("cartpole", options)
-        return cartpole.CartPoleBatch(num_envs, seed=seed)
+        def batch_fn(num_envs, seed=0, **options):
+            _no_options(name, options)
+            return batch_cls(num_envs, seed=seed)
 
-    def tictactoe_make(seed=0, **options):
-        _no_options("tictactoe", options)
-        return tictactoe.TicTacToe(seed=seed)
-
-    def tictactoe_describe(**options):
-        _no_options("tictactoe", options)
-        return tictactoe.DESCRIPTOR
-
-    def tictactoe_batch(num_envs, seed=0, **options):
-        _no_options("tictactoe", options)
-        return tictactoe.TicTacToeBatch(num_envs, seed=seed)
+        register(name, make_fn, describe_fn, batch_fn)
 
     def atari_make(seed=0, **options):
         options.pop("vectorized", None)
@@ -133,8 +125,8 @@ def _register_builtins() -> None:
         options.pop("vectorized", None)
         return atari.describe(**options)
 
-    register("cartpole", cartpole_make, cartpole_describe, cartpole_batch)
-    register("tictactoe", tictactoe_make, tictactoe_describe, tictactoe_batch)
+    register_fixed("cartpole", cartpole.CartPole, cartpole.DESCRIPTOR, cartpole.CartPoleBatch)
+    register_fixed("tictactoe", tictactoe.TicTacToe, tictactoe.DESCRIPTOR, tictactoe.TicTacToeBatch)
     register("atari", atari_make, atari_describe, atari.make_batch)
 
 

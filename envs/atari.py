@@ -68,7 +68,6 @@ def check_options(options: dict) -> dict:
 def _num_actions(rom: str, full_action_space: bool) -> int:
     if full_action_space:
         return 18
-    import ale_py
     ale = _new_ale(rom, seed=0, sticky=0.0)
     return len(ale.getMinimalActionSet())
 

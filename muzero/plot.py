@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("logdir", None, "Run directories (comma-separated) holding metrics.jsonl.")
@@ -98,11 +98,8 @@ def main(argv):
 
 
 def run():
-    try:
-        app.run(main)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from muzero.cli import run_main
+    run_main(main)
 
 
 if __name__ == "__main__":

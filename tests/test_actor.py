@@ -1,7 +1,6 @@
 """Actor side: segment building by hand, in-tree legal masks, and the actor loop against a real
 server (a NumPy model, no TensorFlow) whose pushed segments must form valid, contiguous episodes."""
 import numpy as np
-import pytest
 
 import envs
 from muzero.actor.actor import Actor, ActorSettings, TreeLegalMasks

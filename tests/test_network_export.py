@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 from envs.base import EnvDescriptor
 from muzero.config import NetworkConfig, SupportConfig

@@ -1,5 +1,4 @@
 """Support codecs: h / h^-1, two-hot encoding, decoding (NumPy and TensorFlow twins)."""
-import math
 
 import numpy as np
 import pytest

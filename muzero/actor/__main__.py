@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("server", None, "Learner address HOST:PORT (printed by the learner and written to "
@@ -70,11 +69,8 @@ def main(argv):
 
 
 def run():
-    try:
-        app.run(main)
-    except (ValueError, OSError, ConnectionError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from muzero.cli import run_main
+    run_main(main, (ValueError, OSError, ConnectionError))
 
 
 if __name__ == "__main__":

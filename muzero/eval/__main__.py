@@ -12,9 +12,8 @@ Examples:
 from __future__ import annotations
 
 import json
-import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("export_dir", None, "A SavedModel directory written by the learner (holds muzero_export.json).")
@@ -60,11 +59,8 @@ def main(argv):
 
 
 def run():
-    try:
-        app.run(main)
-    except (ValueError, OSError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from muzero.cli import run_main
+    run_main(main, (ValueError, OSError, KeyError))
 
 
 if __name__ == "__main__":

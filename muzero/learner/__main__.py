@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari or gym:<Gymnasium id>.")
@@ -167,12 +167,9 @@ def main(argv):
 
 
 def run():
+    from muzero.cli import run_main
     from muzero.config import ConfigError
-    try:
-        app.run(main)
-    except (UsageError, ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_main(main, (UsageError, ConfigError, FileNotFoundError))
 
 
 if __name__ == "__main__":
