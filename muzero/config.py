@@ -29,7 +29,7 @@ def _fail(cls_name: str, field: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{cls_name}.{field}={value!r} is invalid: {allowed}")
 
 
-def _check_int(obj, field: str, lo: int, hi: Optional[int] = None) -> None:
+def check_int(obj, field: str, lo: int, hi: Optional[int] = None) -> None:
     value = getattr(obj, field)
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(type(obj).__name__, field, value, "must be an integer")
@@ -38,7 +38,7 @@ def _check_int(obj, field: str, lo: int, hi: Optional[int] = None) -> None:
         _fail(type(obj).__name__, field, value, f"must be an integer {rng}")
 
 
-def _check_float(obj, field: str, lo: float, hi: float = math.inf,
+def check_float(obj, field: str, lo: float, hi: float = math.inf,
                  lo_open: bool = False, hi_open: bool = False) -> None:
     value = getattr(obj, field)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -92,15 +92,15 @@ class SearchConfig:
     temperature_factors: tuple[float, ...] = (1.0, 0.5, 0.25)
 
     def __post_init__(self):
-        _check_int(self, "num_simulations", 1, 100_000)
-        _check_float(self, "pb_c_base", 0.0, lo_open=True)
-        _check_float(self, "pb_c_init", 0.0)
-        _check_int(self, "parent_visit_offset", 0, 1)
-        _check_float(self, "discount", 0.0, 1.0, lo_open=True)
-        _check_float(self, "dirichlet_alpha", 0.0, lo_open=True)
-        _check_float(self, "root_exploration_fraction", 0.0, 1.0)
-        _check_int(self, "max_depth", 0)
-        _check_float(self, "temperature", 0.0)
+        check_int(self, "num_simulations", 1, 100_000)
+        check_float(self, "pb_c_base", 0.0, lo_open=True)
+        check_float(self, "pb_c_init", 0.0)
+        check_int(self, "parent_visit_offset", 0, 1)
+        check_float(self, "discount", 0.0, 1.0, lo_open=True)
+        check_float(self, "dirichlet_alpha", 0.0, lo_open=True)
+        check_float(self, "root_exploration_fraction", 0.0, 1.0)
+        check_int(self, "max_depth", 0)
+        check_float(self, "temperature", 0.0)
         if self.known_bounds is not None:
             kb = tuple(self.known_bounds)
             if len(kb) != 2 or not all(isinstance(v, (int, float)) for v in kb) or not kb[0] < kb[1]:
@@ -140,12 +140,12 @@ class TargetConfig:
     stack_frames: int = 32
 
     def __post_init__(self):
-        _check_int(self, "num_unroll_steps", 0, 1000)
-        _check_int(self, "td_steps", -1, 100_000)
+        check_int(self, "num_unroll_steps", 0, 1000)
+        check_int(self, "td_steps", -1, 100_000)
         if self.td_steps == 0:
             _fail("TargetConfig", "td_steps", 0, "must be -1 (Monte-Carlo) or >= 1")
-        _check_float(self, "discount", 0.0, 1.0, lo_open=True)
-        _check_int(self, "stack_frames", 1, 256)
+        check_float(self, "discount", 0.0, 1.0, lo_open=True)
+        check_int(self, "stack_frames", 1, 256)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,14 +169,14 @@ class ReplayConfig:
     samples_per_insert_tolerance: float = 10_000.0
 
     def __post_init__(self):
-        _check_int(self, "capacity_steps", 1)
-        _check_int(self, "segment_length", 1, 100_000)
-        _check_float(self, "priority_exponent", 0.0, 10.0)
-        _check_float(self, "importance_sampling_exponent", 0.0, 1.0)
-        _check_float(self, "min_priority", 0.0, lo_open=True)
-        _check_int(self, "min_steps_to_sample", 1)
-        _check_float(self, "samples_per_insert", 0.0)
-        _check_float(self, "samples_per_insert_tolerance", 0.0)
+        check_int(self, "capacity_steps", 1)
+        check_int(self, "segment_length", 1, 100_000)
+        check_float(self, "priority_exponent", 0.0, 10.0)
+        check_float(self, "importance_sampling_exponent", 0.0, 1.0)
+        check_float(self, "min_priority", 0.0, lo_open=True)
+        check_int(self, "min_steps_to_sample", 1)
+        check_float(self, "samples_per_insert", 0.0)
+        check_float(self, "samples_per_insert_tolerance", 0.0)
         if self.min_steps_to_sample > self.capacity_steps:
             _fail("ReplayConfig", "min_steps_to_sample", self.min_steps_to_sample,
                   f"must be <= capacity_steps ({self.capacity_steps})")
@@ -198,8 +198,8 @@ class SupportConfig:
     eps: float = 0.001
 
     def __post_init__(self):
-        _check_int(self, "num_bins", 2, 100_000)
-        _check_float(self, "eps", 0.0, 1.0)
+        check_int(self, "num_bins", 2, 100_000)
+        check_float(self, "eps", 0.0, 1.0)
         if not self.low < self.high:
             _fail("SupportConfig", "low", self.low, f"must be < high ({self.high})")
 
@@ -237,18 +237,18 @@ class NetworkConfig:
                 object.__setattr__(self, name, SupportConfig(**value))
             elif not isinstance(value, SupportConfig):
                 _fail("NetworkConfig", name, value, "must be a SupportConfig")
-        _check_int(self, "mlp_hidden_size", 1)
-        _check_int(self, "mlp_num_layers", 0, 64)
-        _check_int(self, "latent_size", 1)
-        _check_int(self, "conv_channels", 1)
-        _check_int(self, "conv_num_blocks", 0, 64)
-        _check_int(self, "conv_downsample_blocks", 0, 64)
-        _check_int(self, "conv_reduced_channels", 1)
+        check_int(self, "mlp_hidden_size", 1)
+        check_int(self, "mlp_num_layers", 0, 64)
+        check_int(self, "latent_size", 1)
+        check_int(self, "conv_channels", 1)
+        check_int(self, "conv_num_blocks", 0, 64)
+        check_int(self, "conv_downsample_blocks", 0, 64)
+        check_int(self, "conv_reduced_channels", 1)
         if not isinstance(self.conv_downsample, bool):
             _fail("NetworkConfig", "conv_downsample", self.conv_downsample, "must be a bool")
         if not isinstance(self.jit_compile, bool):
             _fail("NetworkConfig", "jit_compile", self.jit_compile, "must be a bool")
-        _check_int(self, "head_hidden_size", 1)
+        check_int(self, "head_hidden_size", 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,22 +280,22 @@ class TrainingConfig:
     checkpoint_every_secs: float = 600.0
 
     def __post_init__(self):
-        _check_int(self, "batch_size", 1, 65_536)
+        check_int(self, "batch_size", 1, 65_536)
         _check_choice(self, "optimizer", ("adam", "sgd"))
-        _check_float(self, "momentum", 0.0, 1.0, hi_open=True)
-        _check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
+        check_float(self, "momentum", 0.0, 1.0, hi_open=True)
+        check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
         _check_choice(self, "lr_schedule", ("constant", "cosine", "cosine_restarts"))
-        _check_int(self, "lr_decay_steps", 1)
-        _check_float(self, "lr_alpha", 0.0, 1.0)
-        _check_float(self, "weight_decay", 0.0, 1.0)
-        _check_float(self, "value_loss_weight", 0.0)
-        _check_float(self, "reward_loss_weight", 0.0)
-        _check_float(self, "policy_loss_weight", 0.0)
-        _check_float(self, "gradient_clip_norm", 0.0)
-        _check_float(self, "hidden_gradient_scale", 0.0, 1.0)
+        check_int(self, "lr_decay_steps", 1)
+        check_float(self, "lr_alpha", 0.0, 1.0)
+        check_float(self, "weight_decay", 0.0, 1.0)
+        check_float(self, "value_loss_weight", 0.0)
+        check_float(self, "reward_loss_weight", 0.0)
+        check_float(self, "policy_loss_weight", 0.0)
+        check_float(self, "gradient_clip_norm", 0.0)
+        check_float(self, "hidden_gradient_scale", 0.0, 1.0)
         _check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
-        _check_int(self, "max_train_steps", 1)
-        _check_float(self, "checkpoint_every_secs", 0.0, lo_open=True)
+        check_int(self, "max_train_steps", 1)
+        check_float(self, "checkpoint_every_secs", 0.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import math
 from typing import Optional
 
 from muzero.config import ConfigError
+from muzero.config import check_float as _num
+from muzero.config import check_int as _int
 
 _LOOPBACK_NAMES = ("localhost",)
 
@@ -36,20 +37,6 @@ def is_loopback(host: str) -> bool:
 
 def _fail(obj, field: str, allowed: str):
     raise ConfigError(f"{type(obj).__name__}.{field}={getattr(obj, field)!r} is invalid: {allowed}")
-
-
-def _int(obj, field: str, lo: int, hi: int) -> None:
-    v = getattr(obj, field)
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        _fail(obj, field, f"must be an integer in [{lo}, {hi}]")
-
-
-def _num(obj, field: str, lo: float, hi: float, lo_open: bool = False) -> None:
-    v = getattr(obj, field)
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and not math.isnan(v)
-    ok = ok and (v > lo if lo_open else v >= lo) and v <= hi
-    if not ok:
-        _fail(obj, field, f"must be a number in {'(' if lo_open else '['}{lo}, {hi}]")
 
 
 def _opt_str(obj, field: str) -> None:
