@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 import envs
+from muzero.actor.actor import TreeLegalMasks
 from muzero.config import SearchConfig, from_dict, to_dict
 from muzero.mcts import RootOutputs, search, select_action
 from muzero.observation import FrameHistory
@@ -53,18 +54,15 @@ class SavedModelPlayer:
         root = self._call(self._initial, observation=observation.astype(self.input_dtype, copy=False))
         self._hidden[:, 0] = root["hidden_state"]
         rows = np.arange(self.num_envs)
-        taken = np.zeros((self.num_envs, self._hidden.shape[1], self.num_actions), bool)
+        masks = TreeLegalMasks(legal_mask, self._hidden.shape[1]) if in_tree_masks else None
 
         def recurrent_fn(parent_node, action, new_node):
             out = self._call(self._recurrent, hidden_state=self._hidden[rows, parent_node],
                              action=action.astype(np.int32))
             self._hidden[rows, new_node] = out["hidden_state"]
-            if not in_tree_masks:
+            if masks is None:
                 return out["reward"], out["value"], out["policy_logits"]
-            taken[rows, new_node] = taken[rows, parent_node]
-            taken[rows, new_node, action] = True
-            legal = legal_mask & ~taken[rows, new_node]
-            return out["reward"], out["value"], out["policy_logits"], legal
+            return out["reward"], out["value"], out["policy_logits"], masks(parent_node, action, new_node)
 
         result = search(RootOutputs(root["value"], root["policy_logits"], legal_mask, to_play),
                         recurrent_fn, self.search_config, rng, add_noise=False)

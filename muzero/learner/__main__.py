@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import re
-import sys
 
 from absl import flags
 
@@ -78,7 +77,7 @@ def build_settings():
     if FLAGS.config:
         with open(FLAGS.config) as f:
             settings = RunSettings.from_dict(json.load(f))
-        if FLAGS.env != settings.env and "--env" in " ".join(sys.argv):
+        if FLAGS["env"].present and FLAGS.env != settings.env:
             settings = dataclasses.replace(settings, env=FLAGS.env)
     else:
         try:
@@ -142,6 +141,11 @@ def main(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
     settings = build_settings()
+    import envs
+    try:
+        envs.describe(settings.env, **settings.env_options)
+    except ValueError as e:  # unknown env (e.g. from --config) or bad --env_options
+        raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
     logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", settings.env))
     _check_logdir(logdir)
 

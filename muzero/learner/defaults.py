@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig,
-                           TargetConfig, TrainingConfig, to_dict)
+                           TargetConfig, TrainingConfig, from_dict, to_dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +58,8 @@ class RunSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunSettings":
-        data = dict(data)
-        config = MuZeroConfig.from_dict(data.pop("config"))
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"RunSettings: unknown field(s) {unknown}; known: {sorted(known)}")
-        if "env_options" in data:
-            data["env_options"] = dict(data["env_options"])
-        return cls(config=config, **data)
-
+        """Inverse of to_dict (a run's config.json); unknown fields raise ConfigError."""
+        return from_dict(cls, data)
 
 def _cartpole() -> RunSettings:
     # Discount 0.99 (not 0.997): CartPole returns reach 500; with 0.99 values stay below 100,
