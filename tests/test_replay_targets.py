@@ -93,7 +93,8 @@ def test_termination_inside_window_is_absorbing():
             assert b["value_mask"][row, k] == 1.0
             assert b["target_value"][row, k] == pytest.approx(z.get(t, 0.0))
             has_reward = k >= 1 and t - 1 <= 5  # r5 = 6 is the reward target at t = 6
-            assert b["reward_mask"][row, k] == float(has_reward)
+            # past the end (t >= 7) the reward target is 0 with mask 1 (absorbing)
+            assert b["reward_mask"][row, k] == float(k >= 1)
             assert b["target_reward"][row, k] == (R6[t - 1] if has_reward else 0.0)
             assert b["policy_mask"][row, k] == float(t <= 5)
 

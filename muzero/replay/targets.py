@@ -16,7 +16,11 @@ grows while the episode is open), and unroll steps ``k = 0..K`` at ``t = i + k``
     - ``t >= L``: terminated -> 0 with value_mask 1 (absorbing); otherwise masked (0).
 
 * reward at ``k >= 1``: ``r_{t-1}`` (the reward after ``a_{t-1}``, mover's point of
-  view, never sign-flipped), mask 1 while ``t-1 < L``; index 0 is 0 and masked.
+  view, never sign-flipped), mask 1 while ``t-1 < L``; index 0 is 0 and masked. Past
+  a **terminated** episode's end (``t-1 >= L``) the target is 0 with mask 1 (absorbing,
+  as in the MuZero pseudocode), so that the model learns that nothing follows the end
+  and a search that runs past a game's end does not back up invented rewards; past a
+  truncated or open end it is masked.
 * policy: the stored visit distribution at ``t``, mask 1 while ``t < L``; zeros past.
 * actions ``a_{i..i+K-1}``; past the stored end they are drawn uniformly at random
   from ``[0, A)`` with the replay's generator (reported -1 by the kernel).
@@ -80,8 +84,10 @@ def unroll_targets(slots, slot_segment, seg_first_slot, seg_length, seg_next, se
                     reward[b, k] = rewards[prev_slot]
                     reward_mask[b, k] = 1.0
                     prev_slot = -1
+                elif end_kind == _END_TERMINATED:
+                    reward_mask[b, k] = 1.0  # absorbing: reward 0 ...
                 if end_kind == _END_TERMINATED:
-                    value_mask[b, k] = 1.0  # absorbing: value 0
+                    value_mask[b, k] = 1.0  # ... and value 0
                 continue
             s = (seg_first_slot[r] + o) % c
             policy_slot[b, k] = s
