@@ -80,7 +80,8 @@ def tictactoe(args) -> None:
     start = time.time()
     result = evaluate(export_dir, 100, num_envs=10, seed=0, opponent=MinimaxPlayer(seed=0).act)
     print(f"played 100 games in {time.time() - start:.0f}s: wins={result['wins']} draws={result['draws']} "
-          f"losses={result['losses']}")
+          f"losses={result['losses']} (as first player {result['losses_as_first']}, "
+          f"as second {result['losses_as_second']})")
     print(f"losses={result['losses']}")
 
 

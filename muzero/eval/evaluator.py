@@ -148,6 +148,8 @@ def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
               "mean_return": float(np.mean(returns[:episodes]))}
     if opponent is not None:
         o = np.array(outcomes[0][:per_side] + outcomes[1][:per_side])
-        result.update(wins=int((o == 1).sum()), draws=int((o == 0).sum()), losses=int((o == -1).sum()))
+        result.update(wins=int((o == 1).sum()), draws=int((o == 0).sum()), losses=int((o == -1).sum()),
+                      losses_as_first=int((np.array(outcomes[0][:per_side]) == -1).sum()),
+                      losses_as_second=int((np.array(outcomes[1][:per_side]) == -1).sum()))
     batch.close()
     return result
