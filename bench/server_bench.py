@@ -4,10 +4,11 @@
 
 A trivial TensorFlow model (one dense layer of dynamics, an 18-way policy head,
 scalar value and reward heads) is served in this process; ``--clients`` spawned
-processes (no TensorFlow) each drive ``--leaves`` search trees, issuing
-``recurrent_inference`` with random parents, random actions and new node ids
-cycling through the tree (``--inflight=2`` splits each client's trees into two
-leases with one call in flight each; the default 1 measured faster here). One line
+processes (no TensorFlow) each drive ``--leaves`` search trees, issuing blocking
+``recurrent_inference`` calls (as an actor's search does) with random parents,
+random actions and new node ids cycling through the tree (``--inflight=2`` splits
+each client's trees into two leases with one gRPC future in flight each; the
+default 1 measured faster here). One line
 per case:
 
     mode=cache latent=64 leaves_per_s=... bytes_per_leaf=... payload_bytes_per_leaf=... mean_batch=...
@@ -104,20 +105,34 @@ def client_main(port, index, args, input_shape, start_evt, stop_evt, results):
         c.initial_inference(rng.normal(size=(per, *input_shape)).astype(np.float32))
     start_evt.wait()
     step, leaves, windows = 0, 0, []
-    pending = [c.recurrent_inference_async(parents[0], actions[0], news[0]) for c in clients]
     mark, mark_leaves = time.perf_counter(), 0
-    while not stop_evt.is_set():
-        step = (step + 1) % args.simulations
-        for j, c in enumerate(clients):
-            pending[j].result()
+    if args.inflight == 1:
+        # Blocking calls, as an actor's search makes them (client.recurrent_fn). A gRPC
+        # future starts a new channel-spin thread whenever its channel has no other call
+        # in flight, which with one call at a time means a thread per call (measured).
+        (client,) = clients
+        while not stop_evt.is_set():
+            client.recurrent_inference(parents[step], actions[step], news[step])
             leaves += per
-            pending[j] = c.recurrent_inference_async(parents[step], actions[step], news[step])
-        now = time.perf_counter()
-        if now - mark >= args.window:
-            windows.append((leaves - mark_leaves) / (now - mark))
-            mark, mark_leaves = now, leaves
-    for p in pending:
-        p.result()
+            step = (step + 1) % args.simulations
+            now = time.perf_counter()
+            if now - mark >= args.window:
+                windows.append((leaves - mark_leaves) / (now - mark))
+                mark, mark_leaves = now, leaves
+    else:
+        pending = [c.recurrent_inference_async(parents[0], actions[0], news[0]) for c in clients]
+        while not stop_evt.is_set():
+            step = (step + 1) % args.simulations
+            for j, c in enumerate(clients):
+                pending[j].result()
+                leaves += per
+                pending[j] = c.recurrent_inference_async(parents[step], actions[step], news[step])
+            now = time.perf_counter()
+            if now - mark >= args.window:
+                windows.append((leaves - mark_leaves) / (now - mark))
+                mark, mark_leaves = now, leaves
+        for p in pending:
+            p.result()
     results.put((index, windows, sum(c.bytes_sent + c.bytes_received for c in clients),
                  sum(c.calls for c in clients) * per))
     for c in clients:

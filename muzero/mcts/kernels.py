@@ -128,7 +128,40 @@ def _edges_range(first, stop, node, logits, mask, has_mask, children_index, chil
     bits = np.empty((num_trees, num_actions), np.int64)
     powers = bits.view(np.float64)
     legal = np.empty((num_trees, num_actions), np.bool_)
-    for t in range(num_trees):
+    if not has_mask:   # the common case, without the selects on ``legal``
+        legal[:] = True
+        for t in range(num_trees):
+            b = first + t
+            # Four lanes of max and of x - x (0 for finite x, NaN otherwise).
+            top0 = top1 = top2 = top3 = -_INF
+            bad0 = bad1 = bad2 = bad3 = 0.0
+            a = 0
+            while a + 4 <= num_actions:
+                x0 = np.float64(logits[b, a])
+                x1 = np.float64(logits[b, a + 1])
+                x2 = np.float64(logits[b, a + 2])
+                x3 = np.float64(logits[b, a + 3])
+                top0 = max(top0, x0)
+                top1 = max(top1, x1)
+                top2 = max(top2, x2)
+                top3 = max(top3, x3)
+                bad0 += x0 - x0
+                bad1 += x1 - x1
+                bad2 += x2 - x2
+                bad3 += x3 - x3
+                a += 4
+            while a < num_actions:
+                x0 = np.float64(logits[b, a])
+                top0 = max(top0, x0)
+                bad0 += x0 - x0
+                a += 1
+            top = max(max(top0, top1), max(top2, top3))
+            if not (bad0 + bad1) + (bad2 + bad3) == 0.0:
+                num_bad += 1
+                top = 0.0
+            for a in range(num_actions):
+                exps[t, a] = np.float64(logits[b, a]) - top
+    for t in range(num_trees if has_mask else 0):
         b = first + t
         use_mask = False
         if has_mask:
@@ -165,8 +198,12 @@ def _edges_range(first, stop, node, logits, mask, has_mask, children_index, chil
         flat_bits[i] = (k + 1023) << 52
     flat_powers = powers.reshape(-1)
     flat_legal = legal.reshape(-1)
-    for i in range(flat_exps.size):
-        flat_exps[i] = flat_exps[i] * flat_powers[i] if flat_legal[i] else 0.0
+    if has_mask:
+        for i in range(flat_exps.size):
+            flat_exps[i] = flat_exps[i] * flat_powers[i] if flat_legal[i] else 0.0
+    else:
+        for i in range(flat_exps.size):
+            flat_exps[i] = flat_exps[i] * flat_powers[i]
     for t in range(num_trees):
         b = first + t
         total0 = total1 = total2 = total3 = 0.0

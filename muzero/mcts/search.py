@@ -14,6 +14,7 @@ Imports NumPy, Numba (through the kernels) and :mod:`muzero.config`; never Tenso
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Callable, Optional
 
@@ -32,34 +33,56 @@ RecurrentFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]
 RootActionFn = Callable[[Tree, int], np.ndarray]
 
 
-# Selection records (kernels.allocate_records) of each workspace, so that a reused
-# workspace also reuses (and does not page-fault) them: id(workspace.node_visits) ->
-# (weak reference to that array, records); an entry leaves when its array is freed.
-_WORKSPACE_RECORDS: dict = {}
+class _Scratch:
+    """What a search of one shape (B, N, A) needs besides the Tree: the selection records
+    (:func:`kernels.allocate_records`), the [S, B] edge rows and their row views, and
+    constant inputs. Kept with a reused workspace, so that its searches neither allocate
+    nor page-fault them; the kernels overwrite what they read."""
+
+    def __init__(self, shape: tuple):
+        batch, num_nodes, num_actions = shape
+        sims = num_nodes - 1
+        self.shape = shape
+        self.records = kernels.allocate_records(*shape)
+        # Row s holds the edge simulation s expands; it creates node s + 1 in every tree.
+        self.parents = np.empty((sims, batch), np.int32)   # [S, B]
+        self.actions = np.empty((sims, batch), np.int32)   # [S, B]
+        self.new_nodes = np.repeat(np.arange(1, num_nodes, dtype=np.int32)[:, None], batch, axis=1)
+        self.new_nodes.flags.writeable = False   # only handed to recurrent_fn
+        self.rows = (list(self.parents), list(self.actions), list(self.new_nodes))
+        self.no_root_actions = np.full(batch, -1, np.int32)
+        self.zeros = np.zeros(batch, np.float32)
+        self.zero_logits = np.zeros((batch, num_actions), np.float32)
+        self.all_legal = np.ones((batch, num_actions), np.bool_)
 
 
-def _records_for(workspace: Optional[Tree], shape: tuple) -> tuple:
-    """Records for a search of ``shape`` (B, N, A): fresh, or kept with the workspace."""
+# Scratch of each workspace: id(workspace.node_visits) -> (weak reference to that array,
+# _Scratch); an entry leaves when its array is freed.
+_WORKSPACE_SCRATCH: dict = {}
+
+
+def _scratch_for(workspace: Optional[Tree], shape: tuple) -> _Scratch:
+    """Scratch for a search of ``shape`` (B, N, A): fresh, or kept with the workspace."""
     if workspace is None:
-        return kernels.allocate_records(*shape)
+        return _Scratch(shape)
     key = workspace.node_visits
-    entry = _WORKSPACE_RECORDS.get(id(key))
-    if entry is not None and entry[0]() is key and entry[1][1].shape == shape:
+    entry = _WORKSPACE_SCRATCH.get(id(key))
+    if entry is not None and entry[0]() is key and entry[1].shape == shape:
         return entry[1]
-    records = kernels.allocate_records(*shape)
+    scratch = _Scratch(shape)
     if entry is None or entry[0]() is not key:
-        weakref.finalize(key, _WORKSPACE_RECORDS.pop, id(key), None)
-    _WORKSPACE_RECORDS[id(key)] = (weakref.ref(key), records)
-    return records
+        weakref.finalize(key, _WORKSPACE_SCRATCH.pop, id(key), None)
+    _WORKSPACE_SCRATCH[id(key)] = (weakref.ref(key), scratch)
+    return scratch
 
 
-def _is_float32(value, shape: tuple) -> bool:
-    """True when ``value`` can go to the kernels as it is (the common case, checked fast)."""
-    return (type(value) is np.ndarray and value.dtype == _FLOAT32 and value.shape == shape
-            and value.flags.c_contiguous)
+@functools.lru_cache(maxsize=64)
+def _exploration_table(num_simulations: int, pb_c_base: float, pb_c_init: float, offset: int) -> np.ndarray:
+    """kernels.puct_tables, computed once per setting (kernels only read it)."""
+    return kernels.puct_tables(num_simulations, pb_c_base, pb_c_init, offset)
 
 
-_FLOAT32 = np.dtype(np.float32)
+_FLOAT32 = np.dtype(np.float32)   # NumPy's one float32 dtype object (compared by identity)
 
 
 def _as_float32(name: str, value, shape: tuple) -> np.ndarray:
@@ -184,11 +207,12 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         raise ValueError(f"workspace must be a Tree of shape (B, S+1, A) = {shape}")
     else:
         tree = workspace
-    records = _records_for(workspace, shape)
-    exploration_table = kernels.puct_tables(num_simulations, float(config.pb_c_base),
-                                            float(config.pb_c_init), int(config.parent_visit_offset))
+    scratch = _scratch_for(workspace, shape)
+    records = scratch.records
+    exploration_table = _exploration_table(num_simulations, float(config.pb_c_base),
+                                           float(config.pb_c_init), int(config.parent_visit_offset))
     bound_low, bound_high = config.known_bounds if config.known_bounds is not None else (1.0, -1.0)
-    all_legal = np.ones((batch, num_actions), np.bool_)
+    all_legal = scratch.all_legal
     num_bad = kernels.init_roots(*tree, *records, value, logits,
                                  mask if mask is not None else all_legal, mask is not None,
                                  to_play, noise_array, use_noise,
@@ -208,13 +232,9 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     state = (tree.node_reward, tree.node_raw_value, tree.node_parent, tree.node_action,
              tree.children_index, tree.children_prior, tree.min_max,
              *records)
-    # Row s holds the edge simulation s expands; it creates node s + 1 in every tree.
-    parents = np.empty((num_simulations, batch), np.int32)   # [S, B]
-    actions = np.empty((num_simulations, batch), np.int32)   # [S, B]
-    new_nodes = np.repeat(np.arange(1, num_simulations + 1, dtype=np.int32)[:, None], batch, axis=1)
-    no_root_actions = np.full(batch, -1, np.int32)
-    dummy_f = np.zeros(batch, np.float32)
-    dummy_logits = np.zeros((batch, num_actions), np.float32)
+    parents, actions = scratch.parents, scratch.actions   # [S, B]; row s: simulation s's edge
+    no_root_actions = scratch.no_root_actions
+    dummy_f, dummy_logits = scratch.zeros, scratch.zero_logits
     logits_shape = (batch, num_actions)
 
     def root_actions_for(sim: int):
@@ -237,8 +257,13 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
          forced, has_forced, *params)
     hooked = root_action_fn is not None
     batch_shape = (batch,)
+    # The loop below is the per-simulation overhead of the whole search (a few µs, which
+    # matters at small B): row views are made once, and the common case (float32 C arrays
+    # of the right shapes) is recognised with identity and equality tests only.
+    parent_rows, action_rows, node_rows = scratch.rows
+    ndarray = np.ndarray
     for sim in range(num_simulations):
-        outputs = recurrent_fn(parents[sim], actions[sim], new_nodes[sim])
+        outputs = recurrent_fn(parent_rows[sim], action_rows[sim], node_rows[sim])
         if len(outputs) == 3:
             reward, leaf_value, leaf_logits = outputs
             leaf_mask = None
@@ -247,14 +272,21 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         else:
             raise ValueError(f"recurrent_fn returned {len(outputs)} items; expected 3 "
                              "(reward, value, policy_logits) or 4 (+ legal_mask)")
-        if not _is_float32(reward, batch_shape):
+        if not (type(reward) is ndarray and type(leaf_value) is ndarray and type(leaf_logits) is ndarray
+                and reward.dtype is _FLOAT32 and leaf_value.dtype is _FLOAT32
+                and leaf_logits.dtype is _FLOAT32 and reward.shape == batch_shape
+                and leaf_value.shape == batch_shape and leaf_logits.shape == logits_shape
+                and reward.flags.c_contiguous and leaf_value.flags.c_contiguous
+                and leaf_logits.flags.c_contiguous):
             reward = _as_float32("recurrent_fn reward", reward, batch_shape)
-        if not _is_float32(leaf_value, batch_shape):
             leaf_value = _as_float32("recurrent_fn value", leaf_value, batch_shape)
-        if not _is_float32(leaf_logits, logits_shape):
             leaf_logits = _as_float32("recurrent_fn policy_logits", leaf_logits, logits_shape)
-        has_mask = leaf_mask is not None
-        leaf_mask = _as_mask("recurrent_fn legal_mask", leaf_mask, logits_shape) if has_mask else all_legal
+        if leaf_mask is None:
+            has_mask = False
+            leaf_mask = all_legal
+        else:
+            has_mask = True
+            leaf_mask = _as_mask("recurrent_fn legal_mask", leaf_mask, logits_shape)
         select_next = sim + 1 < num_simulations
         # With a hook, the next selection waits until the hook has seen the backed-up tree.
         num_bad = step(*state, sim, parents, actions, reward, leaf_value, leaf_logits, leaf_mask,

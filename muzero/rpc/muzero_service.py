@@ -134,10 +134,16 @@ class _Runner:
         rows = tf.TensorSpec([None], tf.int64)
         act = tf.TensorSpec([None], tf.int32)
         hid = tf.TensorSpec([None, *hidden_shape], self.cache.variable.dtype)
-        self.initial_cache = tf.function(self.initial_cache, input_signature=[obs, rows])
-        self.recurrent_cache = tf.function(self.recurrent_cache, input_signature=[rows, act, rows])
-        self.initial_ship = tf.function(self.initial_ship, input_signature=[obs])
-        self.recurrent_ship = tf.function(self.recurrent_ship, input_signature=[hid, act])
+        # Concrete functions, traced once here: calling a tf.function re-binds and
+        # canonicalises its arguments and looks up its trace on every call, which cost
+        # about 300 µs of the GIL per batch (measured, 1,024 rows), a third of the call.
+        def concrete(fn, *signature):
+            return tf.function(fn, input_signature=list(signature)).get_concrete_function()
+
+        self.initial_cache = concrete(self.initial_cache, obs, rows)
+        self.recurrent_cache = concrete(self.recurrent_cache, rows, act, rows)
+        self.initial_ship = concrete(self.initial_ship, obs)
+        self.recurrent_ship = concrete(self.recurrent_ship, hid, act)
 
 
 class InMemoryLearnerHandlers:
