@@ -188,6 +188,20 @@ def test_invalid_arguments_name_the_problem(make_call, match):
         make_call()
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("num_actions, column", [(3, 2), (9, 5), (9, 8)])
+def test_non_finite_interior_logits_are_reported(bad, num_actions, column):
+    # One tree of three gets a non-finite logit in one column (one of the four-wide
+    # lanes, or the remainder past them); the search names the simulation and the count.
+    def fn(p, a, n):
+        logits = np.zeros((3, num_actions), np.float32)
+        logits[1, column] = bad
+        return np.zeros(3, np.float32), np.zeros(3, np.float32), logits
+    root = RootOutputs(np.zeros(3, np.float32), np.zeros((3, num_actions), np.float32))
+    with pytest.raises(ValueError, match=r"simulation 0 are not finite .* in 1 tree"):
+        search(root, fn, SearchConfig(num_simulations=2), np.random.default_rng(0))
+
+
 def test_select_action_argmax_breaks_ties_to_lowest_id():
     counts = np.array([[3, 5, 5, 0], [7, 7, 7, 7], [0, 0, 1, 0]])
     np.testing.assert_array_equal(select_action(counts, 0.0, None), [1, 0, 2])
