@@ -138,8 +138,16 @@ class TargetConfig:
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
     # Vector and board envs use 1.
     stack_frames: int = 32
+    # Bootstrap the n-step value targets from the current network's value of the
+    # bootstrap positions (a value-only reanalyse, as in MuZero Reanalyze and
+    # EfficientZero) instead of the root values stored when the data was acted. One
+    # extra initial inference per batch on up to B * (K + 1) positions: cheap for
+    # vector observations, costly for stacked frames.
+    reanalyse_values: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.reanalyse_values, bool):
+            _fail("TargetConfig", "reanalyse_values", self.reanalyse_values, "must be true or false")
         check_int(self, "num_unroll_steps", 0, 1000)
         check_int(self, "td_steps", -1, 100_000)
         if self.td_steps == 0:

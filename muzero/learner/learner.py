@@ -252,6 +252,7 @@ class Learner:
                  f"x{self.descriptor.num_actions} actions; logdir {self.logdir}")
         self._start_actors()
         batch_size = self.config.training.batch_size
+        values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
         start = last_progress = last_ckpt = time.monotonic()
         last_env, last_step = self.env_steps, self.training_step
         metrics: dict = {}
@@ -260,7 +261,7 @@ class Learner:
         try:
             while not self.stop_event.is_set():
                 if self.replay.wait_until_can_sample(batch_size, timeout=0.05):
-                    batch = self.replay.sample(batch_size, timeout=1.0)
+                    batch = self.replay.sample(batch_size, values_fn=values_fn, timeout=1.0)
                     metrics, priorities = self.trainer.train(batch)
                     self.replay.update_priorities(batch["index"], priorities)
                     step = self.training_step

@@ -96,6 +96,12 @@ class Trainer:
         out["learning_rate"] = float(lr(self.step) if callable(lr) else lr)
         return out, priorities.numpy()
 
+    def bootstrap_values(self, observation: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The replay's reanalyse hook (``TargetConfig.reanalyse_values``): the trained
+        network's value [M] of observations [M, *input_shape], each from the point of
+        view of the player to move there (``index`` is not needed)."""
+        return self.network.initial_inference(observation)["value"].numpy()
+
     # -- checkpoints ----------------------------------------------------------------------------
 
     def init_from(self, path: str) -> str:

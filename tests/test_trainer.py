@@ -1,0 +1,44 @@
+"""Trainer hooks that the learner wires into the replay."""
+import numpy as np
+import pytest
+
+from envs.base import EnvDescriptor
+from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig,
+                           SupportConfig, TargetConfig)
+from muzero.learner.trainer import Trainer
+from muzero.replay import Replay
+
+VECTOR = EnvDescriptor("vec", (4,), "float32", 2)
+
+
+def test_reanalysed_bootstrap_uses_the_trained_networks_value():
+    # One truncated episode of 6 steps, observations [t, t, t, t] / 10, rewards 1, stored
+    # root values 1000 (so a target that used them would be far off). With n = 2, g = 0.5,
+    # the target at t = 0 is r0 + g r1 + g^2 v(obs_2) = 1 + 0.5 + 0.25 v(obs_2), where
+    # v is the network's value of observation 2 computed here directly.
+    targets = TargetConfig(num_unroll_steps=0, td_steps=2, discount=0.5, stack_frames=1,
+                           reanalyse_values=True)
+    config = MuZeroConfig(search=SearchConfig(discount=0.5), targets=targets, network=NetworkConfig(
+        value_support=SupportConfig(-10.0, 10.0, 21, True), reward_support=SupportConfig(-2.0, 2.0, 5, True),
+        mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8))
+    trainer = Trainer(VECTOR, config, seed=3)
+    obs = np.repeat(np.arange(6, dtype=np.float32)[:, None] / 10.0, 4, axis=1)
+    replay = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1), targets, seed=0)
+    replay.insert(dict(episode_id=np.int64(1), start=np.int64(0), observations=obs,
+                       actions=np.zeros(6, np.int32), rewards=np.ones(6, np.float32),
+                       root_values=np.full(6, 1000.0, np.float32),
+                       policies=np.full((6, 2), 0.5, np.float32), to_play=np.zeros(6, np.int8),
+                       terminated=np.bool_(False), truncated=np.bool_(True)))
+    values = trainer.network.initial_inference(obs)["value"].numpy()
+    assert np.all(np.abs(values) < 100.0)
+    batch = replay.sample(64, values_fn=trainer.bootstrap_values)
+    for row, i in enumerate(batch["index"]):
+        if i == 0:
+            assert batch["target_value"][row, 0] == pytest.approx(1.5 + 0.25 * values[2], abs=1e-5)
+        if i == 5:   # truncated at the last step: bootstrap from its own value
+            assert batch["target_value"][row, 0] == pytest.approx(values[5], abs=1e-5)
+
+
+def test_reanalyse_values_must_be_a_bool():
+    with pytest.raises(ConfigError, match="reanalyse_values"):
+        TargetConfig(reanalyse_values=1)
