@@ -53,7 +53,7 @@ def minutes_to(recs: list, threshold: float) -> float:
 
 def cartpole(args) -> None:
     to_195, to_solve = [], []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         logdir = os.path.join(args.root, f"cartpole-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
         train("cartpole", logdir, seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra])
@@ -89,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", choices=["cartpole", "tictactoe"], default="cartpole")
     parser.add_argument("--seeds", type=int, default=3, help="cartpole: training runs (default 3)")
+    parser.add_argument("--first_seed", type=int, default=0, help="cartpole: seeds first_seed, first_seed + 1, ...")
     parser.add_argument("--minutes", type=float, default=None,
                         help="wall-clock budget per run (default 10 for cartpole, 15 for tictactoe)")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
