@@ -70,11 +70,20 @@ def _cartpole() -> RunSettings:
         config=MuZeroConfig(
             search=SearchConfig(num_simulations=25, discount=discount, temperature=1.0,
                                 temperature_steps=(3_000, 6_000), temperature_factors=(1.0, 0.5, 0.25)),
-            targets=TargetConfig(num_unroll_steps=5, td_steps=10, discount=discount, stack_frames=1),
+            # Value targets bootstrap from the trained network (reanalyse_values): with a replay
+            # that keeps the whole run, stored root values can be thousands of steps stale; seed 2
+            # plateaued at ~330 with them and reached 475 at 8.1 minutes with fresh ones.
+            targets=TargetConfig(num_unroll_steps=5, td_steps=10, discount=discount, stack_frames=1,
+                                 reanalyse_values=True),
             # Uniform sampling: with the paper's alpha = beta = 1 the batch-max-normalised
             # importance weights shrank most samples' weight ~1000x and learning stalled (mean
             # return ~25 after 3.8k training steps, measured); uniform reached ~200 by then.
-            replay=ReplayConfig(capacity_steps=100_000, segment_length=50, min_steps_to_sample=1_000,
+            # A replay that holds the whole 10-minute run (<= 450k env steps): with 100k steps
+            # (the last ~2.5 minutes) the buffer held only near-perfect episodes once the
+            # policy was good, the values of failing states drifted, and in 3 of 4 measured
+            # runs the evaluation return fell from its peak (446-476) to 220-372 after 6-8
+            # minutes; with 1M steps it held 470-500 (docs/BENCHMARKS.md).
+            replay=ReplayConfig(capacity_steps=1_000_000, segment_length=50, min_steps_to_sample=1_000,
                                 priority_exponent=0.0, importance_sampling_exponent=0.0,
                                 samples_per_insert=8.0, samples_per_insert_tolerance=20_000.0),
             network=NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
@@ -84,7 +93,9 @@ def _cartpole() -> RunSettings:
             # Value loss weight 1 (the paper's 0.25 is for Atari with reanalyse) and 8 samples per
             # inserted step: in 4-minute runs on 2 cores the greedy evaluation return passed 195
             # after 1.7 min (1 actor x 64 envs), against 2.2 min with 0.25 and 4.
-            training=TrainingConfig(batch_size=128, learning_rate=3e-3, lr_schedule="constant",
+            # Cosine decay from 3e-3 to 3e-4 over 20k steps (~10 minutes here), then constant.
+            training=TrainingConfig(batch_size=128, learning_rate=3e-3, lr_schedule="cosine",
+                                    lr_decay_steps=20_000, lr_alpha=0.1,
                                     weight_decay=1e-4, value_loss_weight=1.0,
                                     max_train_steps=1_000_000, checkpoint_every_secs=120.0),
         ),
@@ -100,13 +111,16 @@ def _tictactoe() -> RunSettings:
     return RunSettings(
         env="tictactoe",
         config=MuZeroConfig(
-            search=SearchConfig(num_simulations=25, discount=1.0, known_bounds=(-1.0, 1.0), two_player=True,
+            search=SearchConfig(num_simulations=50, discount=1.0, known_bounds=(-1.0, 1.0), two_player=True,
                                 dirichlet_alpha=0.3, temperature=1.0, temperature_steps=(4_000, 8_000),
                                 temperature_factors=(1.0, 0.5, 0.25)),
             targets=TargetConfig(num_unroll_steps=5, td_steps=-1, discount=1.0, stack_frames=1),
-            replay=ReplayConfig(capacity_steps=50_000, segment_length=9, min_steps_to_sample=500,
+            # A replay that holds the whole run (~300k env steps in 15 minutes), so that the
+            # early, more varied games stay in the training data after self-play settles
+            # into draws (50k steps held the last ~2.5 minutes).
+            replay=ReplayConfig(capacity_steps=400_000, segment_length=9, min_steps_to_sample=500,
                                 priority_exponent=0.0, importance_sampling_exponent=0.0,
-                                samples_per_insert=4.0, samples_per_insert_tolerance=20_000.0),
+                                samples_per_insert=8.0, samples_per_insert_tolerance=20_000.0),
             network=NetworkConfig(value_support=SupportConfig(-1.0, 1.0, 3, False),
                                   reward_support=SupportConfig(-1.0, 1.0, 3, False),
                                   conv_channels=32, conv_num_blocks=2, conv_downsample=False,
