@@ -163,10 +163,9 @@ def _edges_range(first, stop, node, logits, mask, has_mask, children_index, chil
                 exps[t, a] = np.float64(logits[b, a]) - top
     for t in range(num_trees if has_mask else 0):
         b = first + t
-        use_mask = False
-        if has_mask:
-            for a in range(num_actions):
-                use_mask = use_mask or mask[b, a]
+        use_mask = False   # an all-False row (past a game's end) allows every action
+        for a in range(num_actions):
+            use_mask = use_mask or mask[b, a]
         for a in range(num_actions):
             legal[t, a] = not use_mask or mask[b, a]
         # Reductions run in four independent lanes: a chain of A dependent max or add
