@@ -147,9 +147,9 @@ def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
     result = {"returns": returns[:episodes], "lengths": lengths[:episodes],
               "mean_return": float(np.mean(returns[:episodes]))}
     if opponent is not None:
-        o = np.array(outcomes[0][:per_side] + outcomes[1][:per_side])
+        o = np.array(outcomes[0][:per_side] + outcomes[1][:per_side])   # first player's games first
         result.update(wins=int((o == 1).sum()), draws=int((o == 0).sum()), losses=int((o == -1).sum()),
-                      losses_as_first=int((np.array(outcomes[0][:per_side]) == -1).sum()),
-                      losses_as_second=int((np.array(outcomes[1][:per_side]) == -1).sum()))
+                      losses_as_first=int((o[:per_side] == -1).sum()),
+                      losses_as_second=int((o[per_side:] == -1).sum()))
     batch.close()
     return result
