@@ -8,7 +8,9 @@
 
     python bench/learn.py --env=tictactoe [--minutes=15]
         Trains, then plays 100 games against the perfect minimax player (50 as each side)
-        with the exported SavedModel and prints losses=<n> (and wins, draws).
+        with the exported SavedModel and prints losses=<n> (and wins, draws); also
+        losing_lines=<lost>/<all>: the same model against every line the perfect player
+        can choose (bench/ttt_exhaustive.py), which the 100 games sample from.
 
 Each run writes its logdir under --root (default runs/bench); progress lines are echoed.
 """
@@ -82,6 +84,12 @@ def tictactoe(args) -> None:
     print(f"played 100 games in {time.time() - start:.0f}s: wins={result['wins']} draws={result['draws']} "
           f"losses={result['losses']} (as first player {result['losses_as_first']}, "
           f"as second {result['losses_as_second']})")
+    from ttt_exhaustive import Agent, losing_lines
+    agent = Agent(export_dir, None)
+    lines = [losing_lines(agent, side)[:2] for side in (0, 1)]
+    print(f"every perfect-player line: lost {lines[0][0]} of {lines[0][1]} as first player, "
+          f"{lines[1][0]} of {lines[1][1]} as second (bench/ttt_exhaustive.py)")
+    print(f"losing_lines={lines[0][0] + lines[1][0]}/{lines[0][1] + lines[1][1]}")
     print(f"losses={result['losses']}")
 
 

@@ -90,9 +90,16 @@ class SearchConfig:
     # the factor is temperature_factors[i]; after the last step, the last factor.
     temperature_steps: tuple[int, ...] = (500_000, 750_000)
     temperature_factors: tuple[float, ...] = (1.0, 0.5, 0.25)
+    # Moves with an in-episode index >= this are played greedily (temperature 0);
+    # -1 never. Board games: sampled openings, then best play, so that Monte-Carlo
+    # value targets score positions under strong play rather than under exploration
+    # (SEED's tic-tac-toe flag play_max_after_moves; the pseudocode's board games
+    # sample the first 30 moves).
+    greedy_after_moves: int = -1
 
     def __post_init__(self):
         check_int(self, "num_simulations", 1, 100_000)
+        check_int(self, "greedy_after_moves", -1)
         check_float(self, "pb_c_base", 0.0, lo_open=True)
         check_float(self, "pb_c_init", 0.0)
         check_int(self, "parent_visit_offset", 0, 1)

@@ -103,14 +103,14 @@ class _BoardModel:
         return self._out((np.asarray(hidden_state) + np.eye(9, dtype=np.float32)[action]).astype(np.float32))
 
 
-def _run_actor(model, env, steps, envs_per_actor, segment_length, simulations=4):
+def _run_actor(model, env, steps, envs_per_actor, segment_length, simulations=4, **search):
     handlers = InMemoryLearnerHandlers()
     server, _ = serve(model, ServerConfig(max_nodes=simulations + 1, cache_slots=64),
                       push_segments_handler=handlers.push_segments, learner_info_handler=handlers.learner_info)
     try:
         settings = ActorSettings(server=f"127.0.0.1:{server.port}", env=env,
                                  search=SearchConfig(num_simulations=simulations,
-                                                     two_player=envs.describe(env).two_player),
+                                                     two_player=envs.describe(env).two_player, **search),
                                  envs_per_actor=envs_per_actor, segment_length=segment_length,
                                  max_env_steps=steps, push_every_s=0.0)
         client = InferenceClient(settings.server)
@@ -167,3 +167,20 @@ def test_actor_plays_only_legal_tictactoe_moves_with_alternating_players():
         np.testing.assert_array_equal(to_play, np.arange(len(actions)) % 2)
         policies = np.concatenate([s["policies"] for s in parts])
         assert (policies[~legal] == 0).all()                       # no visits to illegal moves
+
+
+def test_greedy_after_moves_samples_openings_then_plays_the_most_visited_move():
+    segments, _ = _run_actor(_BoardModel(), "tictactoe", steps=240, envs_per_actor=6, segment_length=9,
+                             simulations=6, greedy_after_moves=2)
+    episodes = _episodes(segments, envs.describe("tictactoe"))
+    opening_off_argmax = 0
+    complete = [parts for parts in episodes.values() if bool(parts[-1]["terminated"])]
+    assert len(complete) >= 10
+    for parts in complete:
+        actions = np.concatenate([s["actions"] for s in parts])
+        policies = np.concatenate([s["policies"] for s in parts])   # visit distributions
+        most_visited = np.argmax(policies, axis=1)                  # ties: lowest cell, as greedy play
+        np.testing.assert_array_equal(actions[2:], most_visited[2:])
+        opening_off_argmax += int((actions[:2] != most_visited[:2]).sum())
+    # Temperature 1 over 6 visits spread across 9 cells: openings often leave the argmax.
+    assert opening_off_argmax >= 5

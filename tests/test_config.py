@@ -17,6 +17,7 @@ from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfi
     (SearchConfig, {"known_bounds": (1.0, -1.0)}, "low < high"),
     (SearchConfig, {"temperature_factors": (1.0,)}, "exactly len(temperature_steps)+1 = 3"),
     (SearchConfig, {"temperature_steps": (10, 5)}, "increasing"),
+    (SearchConfig, {"greedy_after_moves": -2}, "SearchConfig.greedy_after_moves=-2"),
     (TargetConfig, {"td_steps": 0}, "-1 (Monte-Carlo) or >= 1"),
     (TargetConfig, {"num_unroll_steps": -1}, "num_unroll_steps=-1"),
     (ReplayConfig, {"capacity_steps": 10, "min_steps_to_sample": 20}, "<= capacity_steps (10)"),

@@ -110,6 +110,7 @@ class Actor:
         self.stop_event = threading.Event()
         self.env_steps = 0
         self.training_step = 0
+        self.move_index = np.zeros(s.envs_per_actor, np.int64)   # moves made so far in each env's episode
         self._pending: list = []
         self._returns: list = []
         self._lengths: list = []
@@ -138,7 +139,11 @@ class Actor:
                         self._recurrent_fn(legal), s.search, self.rng, add_noise=not s.evaluation,
                         workspace=self.workspace)
         temperature = 0.0 if s.evaluation else s.search.temperature_at(self.training_step)
-        return select_action(result.visit_counts, temperature, self.rng), result
+        actions = select_action(result.visit_counts, temperature, self.rng)
+        if temperature > 0 and s.search.greedy_after_moves >= 0:
+            late = self.move_index >= s.search.greedy_after_moves
+            actions[late] = np.argmax(result.visit_counts[late], axis=1)
+        return actions, result
 
     def _push(self, retry_for_s: float = 0.0) -> bool:
         """Sends pending segments and episode statistics; True when delivered (or nothing to send).
@@ -198,6 +203,7 @@ class Actor:
                 self._returns.append(nxt.episode_return[ended])
                 self._lengths.append(nxt.episode_length[ended])
             self.env_steps += s.envs_per_actor
+            self.move_index = np.where(nxt.done, 0, self.move_index + 1)
             step = nxt
             now = time.monotonic()
             if now - last_push >= s.push_every_s:
