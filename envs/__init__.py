@@ -3,6 +3,7 @@
     envs.make(name, seed=0, **options)          -> Env (one environment)
     envs.make_batch(name, num_envs, seed=0, **options) -> EnvBatch (E in lockstep, auto-reset)
     envs.describe(name, **options)              -> EnvDescriptor
+    envs.board_symmetries(name)                 -> [P, H*W] cell permutations or None
 
 Adding an env: write an :class:`envs.base.Env` (and, if it can be vectorised, an
 :class:`envs.base.EnvBatch`), then call :func:`register` with a factory and a
@@ -15,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
+import numpy as np
+
 from envs.base import BatchStep, Env, EnvBatch, EnvDescriptor, LoopEnvBatch, StepResult
 
-__all__ = ["make", "make_batch", "describe", "register", "known_names", "Env", "EnvBatch",
+__all__ = ["make", "make_batch", "describe", "register", "known_names", "board_symmetries", "Env", "EnvBatch",
            "EnvDescriptor", "BatchStep", "StepResult", "LoopEnvBatch", "UnknownEnvError"]
 
 
@@ -30,18 +33,28 @@ class _Entry:
     make: Callable[..., Env]                      # (seed, **options) -> Env
     describe: Callable[..., EnvDescriptor]        # (**options) -> EnvDescriptor
     make_batch: Optional[Callable[..., EnvBatch]]  # (num_envs, seed, **options) -> EnvBatch
+    symmetries: Optional[np.ndarray] = None       # [P, H*W] int64 cell permutations
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, make_fn, describe_fn, make_batch_fn=None) -> None:
-    """Adds an env under ``name``. ``make_batch_fn`` is optional (a loop batch is used otherwise)."""
+def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=None) -> None:
+    """Adds an env under ``name``. ``make_batch_fn`` is optional (a loop batch is used otherwise).
+
+    ``symmetries``: for board games whose actions are the cells of an H x W board
+    (observations ``(H, W, C)``, A = H * W), permutations ``[P, H*W]`` under which the
+    game is unchanged; board ``b`` maps to ``b[perm]`` (see :func:`board_symmetries`).
+    """
     if name in _REGISTRY:
         raise ValueError(f"env {name!r} is already registered")
     if name.startswith("gym:"):
         raise ValueError("names starting with 'gym:' are reserved for Gymnasium ids")
-    _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn)
+    if symmetries is not None:
+        symmetries = np.asarray(symmetries, np.int64)
+        if symmetries.ndim != 2 or any(sorted(p) != list(range(symmetries.shape[1])) for p in symmetries.tolist()):
+            raise ValueError(f"symmetries of {name!r} must be permutations [P, cells]")
+    _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn, symmetries)
 
 
 def known_names() -> list[str]:
@@ -88,6 +101,12 @@ def describe(name: str, **options) -> EnvDescriptor:
     return _entry(name).describe(**options)
 
 
+def board_symmetries(name: str) -> Optional[np.ndarray]:
+    """Cell permutations ``[P, H*W]`` (identity included) that leave the game unchanged, or
+    None when the env registered none (every non-board env). Used to augment training data."""
+    return _entry(name).symmetries
+
+
 def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
     """``num_envs`` environments in lockstep; env i is seeded with ``seed + i`` where seeds apply."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -101,7 +120,7 @@ def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
 def _register_builtins() -> None:
     from envs import atari, cartpole, tictactoe
 
-    def register_fixed(name, env_cls, descriptor, batch_cls):
+    def register_fixed(name, env_cls, descriptor, batch_cls, symmetries=None):
         """An env without options: a class, its descriptor and its vectorised batch."""
         def make_fn(seed=0, **options):
             _no_options(name, options)
@@ -115,7 +134,7 @@ def _register_builtins() -> None:
             _no_options(name, options)
             return batch_cls(num_envs, seed=seed)
 
-        register(name, make_fn, describe_fn, batch_fn)
+        register(name, make_fn, describe_fn, batch_fn, symmetries)
 
     def atari_make(seed=0, **options):
         options.pop("vectorized", None)
@@ -126,7 +145,8 @@ def _register_builtins() -> None:
         return atari.describe(**options)
 
     register_fixed("cartpole", cartpole.CartPole, cartpole.DESCRIPTOR, cartpole.CartPoleBatch)
-    register_fixed("tictactoe", tictactoe.TicTacToe, tictactoe.DESCRIPTOR, tictactoe.TicTacToeBatch)
+    register_fixed("tictactoe", tictactoe.TicTacToe, tictactoe.DESCRIPTOR, tictactoe.TicTacToeBatch,
+                   tictactoe.SYMMETRIES)
     register("atari", atari_make, atari_describe, atari.make_batch)
 
 

@@ -28,6 +28,18 @@ WIN_LINES = np.array([
 
 EMPTY = -1
 
+
+def _symmetries() -> np.ndarray:
+    """The 8 symmetries of the square as cell permutations [8, 9]: a board ``b`` maps to
+    ``b[perm]`` (the identity first, then rotations by 90/180/270 degrees, then the
+    transpose and its rotations)."""
+    grid = np.arange(9).reshape(3, 3)
+    return np.array([np.rot90(g, k).ravel() for g in (grid, grid.T) for k in range(4)], np.int64)
+
+
+# Cells are the actions, so a permutation maps boards, moves and move distributions alike.
+SYMMETRIES = _symmetries()
+
 DESCRIPTOR = EnvDescriptor(
     name="tictactoe",
     observation_shape=(3, 3, 3),

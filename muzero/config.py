@@ -293,9 +293,14 @@ class TrainingConfig:
     recurrent_loss_scaling: str = "paper"
     max_train_steps: int = 1_000_000
     checkpoint_every_secs: float = 600.0
+    # Board games with registered symmetries (envs.board_symmetries; tic-tac-toe's 8):
+    # each sampled position is trained under one random symmetry (muzero/replay/augment.py).
+    augment_symmetries: bool = False
 
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
+        if not isinstance(self.augment_symmetries, bool):
+            _fail("TrainingConfig", "augment_symmetries", self.augment_symmetries, "must be true or false")
         _check_choice(self, "optimizer", ("adam", "sgd"))
         check_float(self, "momentum", 0.0, 1.0, hi_open=True)
         check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)

@@ -36,7 +36,9 @@ from muzero.launch.local import LocalActors
 from muzero.learner import trainer as trainer_lib
 from muzero.learner.defaults import RunSettings
 from muzero.network import export_saved_model
+from muzero.config import ConfigError
 from muzero.replay import Replay, ReplayClosedError
+from muzero.replay.augment import augment_board_batch
 from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.rpc.muzero_service import serve
 from muzero.rpc.server import RequestError
@@ -107,6 +109,12 @@ class Learner:
         self.segments = 0
         self.rejected_pushes = 0
         self.rng = np.random.default_rng(s.seed)
+        self.symmetries = None
+        if self.config.training.augment_symmetries:
+            self.symmetries = envs.board_symmetries(s.env)
+            if self.symmetries is None:
+                raise ConfigError(f"training.augment_symmetries is on but env {s.env!r} registers no board "
+                                  "symmetries (only board games such as tictactoe do): turn it off")
         self.trainer: Optional[trainer_lib.Trainer] = None
         self.replay: Optional[Replay] = None
         self.service = self.server = self.actors = None
@@ -262,6 +270,8 @@ class Learner:
             while not self.stop_event.is_set():
                 if self.replay.wait_until_can_sample(batch_size, timeout=0.05):
                     batch = self.replay.sample(batch_size, values_fn=values_fn, timeout=1.0)
+                    if self.symmetries is not None:
+                        batch = augment_board_batch(batch, self.symmetries, self.rng)
                     metrics, priorities = self.trainer.train(batch)
                     self.replay.update_priorities(batch["index"], priorities)
                     step = self.training_step
