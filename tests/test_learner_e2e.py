@@ -71,6 +71,7 @@ def _actor_children(pid):
     (["--envs_per_actor=0"], "envs_per_actor=0"),
     (["--logdir=/proc/forbidden"], "is not writable"),
     (["--set=search.bogus=1"], "search has no field 'bogus'"),
+    (["--set=training.augment_symmetries=true"], "--env=cartpole has none"),
 ])
 def test_bad_flags_exit_nonzero_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),
@@ -144,3 +145,19 @@ def test_atari_tiny_network_runs_on_cpu(tmp_path):
     records = _records(logdir)
     assert records and records[-1]["env_steps"] > 100
     assert records[-1]["training_step"] > 0, out[-3000:]
+
+
+def test_tictactoe_defaults_train_with_sampled_openings_and_symmetries(tmp_path):
+    logdir = str(tmp_path / "tictactoe")
+    proc = _learner([f"--logdir={logdir}", "--env=tictactoe", "--max_seconds=25", "--num_actors=1",
+                     "--envs_per_actor=8", "--simulations=8", "--batch_size=16",
+                     "--set=replay.min_steps_to_sample=100"])
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out[-3000:]
+    with open(os.path.join(logdir, "config.json")) as f:
+        config = json.load(f)["config"]
+    assert config["training"]["augment_symmetries"] is True
+    assert config["search"]["greedy_after_moves"] == 4
+    records = _records(logdir)
+    assert records and records[-1]["training_step"] > 0, out[-3000:]
+    assert os.listdir(os.path.join(logdir, "export"))
