@@ -20,8 +20,8 @@ import numpy as np
 
 from envs.base import BatchStep, Env, EnvBatch, EnvDescriptor, LoopEnvBatch, StepResult
 
-__all__ = ["make", "make_batch", "describe", "register", "known_names", "board_symmetries", "Env", "EnvBatch",
-           "EnvDescriptor", "BatchStep", "StepResult", "LoopEnvBatch", "UnknownEnvError"]
+__all__ = ["make", "make_batch", "describe", "register", "known_names", "board_symmetries", "Env",
+           "EnvBatch", "EnvDescriptor", "BatchStep", "StepResult", "LoopEnvBatch", "UnknownEnvError"]
 
 
 class UnknownEnvError(ValueError):
@@ -52,7 +52,8 @@ def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=Non
         raise ValueError("names starting with 'gym:' are reserved for Gymnasium ids")
     if symmetries is not None:
         symmetries = np.asarray(symmetries, np.int64)
-        if symmetries.ndim != 2 or any(sorted(p) != list(range(symmetries.shape[1])) for p in symmetries.tolist()):
+        cells = list(range(symmetries.shape[-1]))
+        if symmetries.ndim != 2 or any(sorted(p) != cells for p in symmetries.tolist()):
             raise ValueError(f"symmetries of {name!r} must be permutations [P, cells]")
     _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn, symmetries)
 

@@ -31,12 +31,12 @@ import tensorflow as tf
 
 import envs
 from muzero.actor.actor import ActorSettings, run_actor
+from muzero.config import ConfigError
 from muzero.eval.evaluator import write_run
 from muzero.launch.local import LocalActors
 from muzero.learner import trainer as trainer_lib
 from muzero.learner.defaults import RunSettings
 from muzero.network import export_saved_model
-from muzero.config import ConfigError
 from muzero.replay import Replay, ReplayClosedError
 from muzero.replay.augment import augment_board_batch
 from muzero.rpc.config import ClientConfig, ServerConfig
