@@ -87,7 +87,8 @@ class Agent:
         return np.concatenate(out)
 
     def priors(self, boards, to_play):
-        player = self._player(min(len(boards), 512))
+        """The network's root value [N] and policy logits [N, 9] (no search)."""
+        player = self._player(1)   # any player: the initial-inference signature takes any batch
         root = player._call(player._initial, observation=self.observations(boards, to_play))
         return root["value"], root["policy_logits"]
 
@@ -100,18 +101,16 @@ def losing_lines(agent: Agent, side: int):
     mistakes = set()
     while frontier:
         nxt = {}
+        children = []   # (position, cells played from it)
         ours = [k for k in frontier if k[1] == side]
         if ours:
             boards = np.array([k[0] for k in ours], np.int64)
             moves = agent.moves(boards, np.array([k[1] for k in ours], np.int8))
-            children = []
             for (board, to_play), move in zip(ours, moves):
                 values = minimax_values(np.array(board), to_play)
                 if values[move] < values.max():
                     mistakes.add(board)
                 children.append(((board, to_play), [int(move)]))
-        else:
-            children = []
         for board, to_play in frontier:
             if to_play != side:
                 values = minimax_values(np.array(board), to_play)
