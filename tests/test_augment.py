@@ -79,16 +79,16 @@ def test_augmented_trajectories_replay_to_the_same_results_in_the_real_game():
     rng = np.random.default_rng(3)
     obs, acts, starts = [], [], []
     while len(obs) < 64:                        # random games, cut at a random move, next 3 moves
-        board, to_play, history = np.full(9, EMPTY), 0, []
+        board, to_play, history, moves = np.full(9, EMPTY), 0, [], []
         while winner(board) < 0 and (board == EMPTY).any():
             history.append((board.copy(), to_play))
-            m = rng.choice(np.flatnonzero(board == EMPTY))
+            m = int(rng.choice(np.flatnonzero(board == EMPTY)))
+            moves.append(m)
             board[m] = to_play
             to_play = 1 - to_play
         cut = rng.integers(0, len(history))
         b0, p0 = history[cut]
-        future = [int(np.flatnonzero(history[j + 1][0] != history[j][0])[0]) if j + 1 < len(history)
-                  else int(np.flatnonzero(board != history[j][0])[0]) for j in range(cut, len(history))]
+        future = moves[cut:]
         if len(future) < 3:
             continue
         obs.append(observation_planes(b0, p0))

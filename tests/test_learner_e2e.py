@@ -71,7 +71,7 @@ def _actor_children(pid):
     (["--envs_per_actor=0"], "envs_per_actor=0"),
     (["--logdir=/proc/forbidden"], "is not writable"),
     (["--set=search.bogus=1"], "search has no field 'bogus'"),
-    (["--set=training.augment_symmetries=true"], "--env=cartpole has none"),
+    (["--set=training.augment_symmetries=true"], "env 'cartpole' registers no board symmetries"),
 ])
 def test_bad_flags_exit_nonzero_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),

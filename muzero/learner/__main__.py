@@ -146,9 +146,6 @@ def main(argv):
         envs.describe(settings.env, **settings.env_options)
     except ValueError as e:  # unknown env (e.g. from --config) or bad --env_options
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
-    if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None:
-        raise UsageError(f"training.augment_symmetries needs a board game with registered symmetries "
-                         f"(tictactoe); --env={settings.env} has none: leave it off")
     logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", settings.env))
     _check_logdir(logdir)
 
