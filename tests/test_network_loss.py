@@ -209,3 +209,17 @@ def test_train_step_clips_to_global_norm():
     assert float(metrics["gradient_norm"]) > clip
     assert change == pytest.approx(clip, rel=1e-3)
     assert priorities.shape == (4,) and np.isfinite(float(total))
+
+
+def test_train_step_reports_the_scheduled_learning_rate():
+    # Cosine decay from 0.1 to alpha * 0.1 = 0.01 over 4 steps; after k steps the rate for
+    # the next one is 0.01 + 0.09 * (1 + cos(pi * k / 4)) / 2:
+    # k=1: 0.01 + 0.045 * (1 + 0.70711) = 0.086820; k=2: 0.055; k=4 and later: 0.01.
+    from muzero.learner.trainer import make_optimizer
+    network = make_network(CARTPOLE, CONFIG, 1, seed=12)
+    optimizer = make_optimizer(TrainingConfig(learning_rate=0.1, lr_schedule="cosine", lr_decay_steps=4,
+                                              lr_alpha=0.1))
+    step = make_train_step(network, optimizer, TrainingConfig())
+    batch = {k: tf.constant(v) for k, v in _random_batch(k=2, seed=5).items()}
+    rates = [float(step(batch)[1]["learning_rate"]) for _ in range(5)]
+    assert rates == pytest.approx([0.086820, 0.055, 0.023180, 0.01, 0.01], abs=1e-5)

@@ -92,8 +92,6 @@ class Trainer:
         self.step.assign_add(1)
         out = {k: float(v) for k, v in metrics.items()}
         out["loss/total"] = float(total)
-        lr = self.optimizer.learning_rate
-        out["learning_rate"] = float(lr(self.step) if callable(lr) else lr)
         return out, priorities.numpy()
 
     def bootstrap_values(self, observation: np.ndarray, index: np.ndarray) -> np.ndarray:

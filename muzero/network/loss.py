@@ -182,7 +182,9 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
     ``variables`` are the ones trained and weight-decayed (default: all of the network's;
     pass ``network.variables_of(["dynamics", "prediction"])`` to freeze the rest). With
     ``gradient_clip_norm > 0`` the gradients are clipped to that global norm.
-    ``metrics["gradient_norm"]`` is the global norm before clipping.
+    ``metrics["gradient_norm"]`` is the global norm before clipping and
+    ``metrics["learning_rate"]`` the optimiser's rate for the next step (computed in the
+    graph: evaluating a Keras schedule eagerly costs ~0.5 ms a step).
     """
     variables = list(network.trainable_variables if variables is None else variables)
     if not variables:
@@ -202,6 +204,7 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
         optimizer.apply_gradients(zip(grads, variables))
         metrics = dict(metrics)
         metrics["gradient_norm"] = grad_norm
+        metrics["learning_rate"] = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
         return total, metrics, priorities
 
     return train_step
