@@ -105,9 +105,9 @@ def _cartpole() -> RunSettings:
         # trainer reached 4,400 steps (54/s, rarely waiting for data) against 2,800-3,600
         # (waiting ~30% of the time). 20 evaluation envs play the 20 episodes the solve
         # criterion averages at once, so the evaluation return lags the weights by one
-        # episode, not 2-3 (8 envs). Together, in two 3-seed benchmark runs, five of six
-        # seed runs reached 475 after 2.6-4.7 minutes (the sixth ~430 at 10 minutes), against
-        # 2.8-8.1 minutes with 64 and 8 (docs/BENCHMARKS.md, fourth pass).
+        # episode, not 2-3 (8 envs). Together, in three 3-seed benchmark runs, seven of nine
+        # seed runs reached 475 after 2.6-4.7 minutes (the other two plateaued at 430-460),
+        # against 2.8-8.1 minutes with 64 and 8 (docs/BENCHMARKS.md, fourth pass).
         num_actors=1, envs_per_actor=128, num_eval_actors=1, eval_envs_per_actor=20,
     )
 
