@@ -51,6 +51,12 @@ def check_float(obj, field: str, lo: float, hi: float = math.inf,
         _fail(type(obj).__name__, field, value, f"must be in {left}{lo}, {hi}{right}")
 
 
+def check_bool(obj, field: str) -> None:
+    value = getattr(obj, field)
+    if not isinstance(value, bool):
+        _fail(type(obj).__name__, field, value, "must be true or false")
+
+
 def _check_choice(obj, field: str, choices: tuple) -> None:
     value = getattr(obj, field)
     if value not in choices:
@@ -153,8 +159,7 @@ class TargetConfig:
     reanalyse_values: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.reanalyse_values, bool):
-            _fail("TargetConfig", "reanalyse_values", self.reanalyse_values, "must be true or false")
+        check_bool(self, "reanalyse_values")
         check_int(self, "num_unroll_steps", 0, 1000)
         check_int(self, "td_steps", -1, 100_000)
         if self.td_steps == 0:
@@ -259,10 +264,8 @@ class NetworkConfig:
         check_int(self, "conv_num_blocks", 0, 64)
         check_int(self, "conv_downsample_blocks", 0, 64)
         check_int(self, "conv_reduced_channels", 1)
-        if not isinstance(self.conv_downsample, bool):
-            _fail("NetworkConfig", "conv_downsample", self.conv_downsample, "must be a bool")
-        if not isinstance(self.jit_compile, bool):
-            _fail("NetworkConfig", "jit_compile", self.jit_compile, "must be a bool")
+        check_bool(self, "conv_downsample")
+        check_bool(self, "jit_compile")
         check_int(self, "head_hidden_size", 1)
 
 
@@ -299,8 +302,7 @@ class TrainingConfig:
 
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
-        if not isinstance(self.augment_symmetries, bool):
-            _fail("TrainingConfig", "augment_symmetries", self.augment_symmetries, "must be true or false")
+        check_bool(self, "augment_symmetries")
         _check_choice(self, "optimizer", ("adam", "sgd"))
         check_float(self, "momentum", 0.0, 1.0, hi_open=True)
         check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)

@@ -26,6 +26,10 @@ from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfi
     (TrainingConfig, {"learning_rate": 0.0}, "learning_rate=0.0"),
     (TrainingConfig, {"batch_size": True}, "must be an integer"),
     (SupportConfig, {"low": 1.0, "high": 1.0}, "must be < high"),
+    (TargetConfig, {"reanalyse_values": 1}, "TargetConfig.reanalyse_values=1 is invalid: must be true or false"),
+    (NetworkConfig, {"conv_downsample": "no"}, "NetworkConfig.conv_downsample='no'"),
+    (NetworkConfig, {"jit_compile": None}, "NetworkConfig.jit_compile=None"),
+    (TrainingConfig, {"augment_symmetries": "true"}, "TrainingConfig.augment_symmetries='true'"),
 ])
 def test_bad_values_name_field_and_range(cls, kwargs, needle):
     with pytest.raises(ConfigError) as err:
