@@ -93,3 +93,20 @@ def test_export_loads_in_a_separate_process(tmp_path):
                                        err_msg=f"{name} {key}")
         np.testing.assert_allclose(got["decoded_value"], expected[name]["initial/value"],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_saved_model_player_reports_the_root_value_it_searched_from(tmp_path):
+    # The evaluator's player: one greedy search per call; last_root_value is the exported
+    # model's value of the observations (what bench/cartpole_endings.py prints).
+    from muzero.config import SearchConfig
+    from muzero.eval.evaluator import SavedModelPlayer
+    descriptor, stack = MODELS["vector"]
+    net = make_network(descriptor, TINY, stack, seed=3)
+    export_saved_model(net, str(tmp_path / "m"))
+    obs = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    player = SavedModelPlayer(str(tmp_path / "m"), SearchConfig(num_simulations=4), num_envs=3)
+    assert player.last_root_value is None
+    actions = player.act(obs, np.ones((3, 2), bool), np.zeros(3, np.int8), np.random.default_rng(0))
+    assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
+    np.testing.assert_allclose(player.last_root_value, net.initial_inference(obs)["value"].numpy(),
+                               rtol=1e-4, atol=1e-4)

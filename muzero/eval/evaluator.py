@@ -43,6 +43,7 @@ class SavedModelPlayer:
         hidden = tuple(self.spec["hidden_shape"])
         self._hidden = np.zeros((num_envs, search_config.num_simulations + 1) + hidden, np.float32)
         self.input_dtype = np.dtype(self.spec["observation"]["dtype"])
+        self.last_root_value: Optional[np.ndarray] = None  # set by act()
 
     def _call(self, fn, **inputs) -> dict:
         out = fn(**{k: self._tf.constant(v) for k, v in inputs.items()})
@@ -50,8 +51,10 @@ class SavedModelPlayer:
 
     def act(self, observation: np.ndarray, legal_mask: np.ndarray, to_play: np.ndarray,
             rng: np.random.Generator, in_tree_masks: bool = False) -> np.ndarray:
-        """observation [E, *input_shape] -> greedy actions [E]."""
+        """observation [E, *input_shape] -> greedy actions [E]; ``last_root_value`` [E] is the
+        model's value of those observations (before the search)."""
         root = self._call(self._initial, observation=observation.astype(self.input_dtype, copy=False))
+        self.last_root_value = root["value"]
         self._hidden[:, 0] = root["hidden_state"]
         rows = np.arange(self.num_envs)
         masks = TreeLegalMasks(legal_mask, self._hidden.shape[1]) if in_tree_masks else None
