@@ -76,11 +76,11 @@ def _cartpole() -> RunSettings:
             targets=TargetConfig(num_unroll_steps=5, td_steps=10, discount=discount, stack_frames=1,
                                  reanalyse_values=True),
             # Prioritized with EfficientZero's alpha = 0.6, beta = 0.4. With uniform sampling
-            # (alpha = 0) a third of the seed runs stalled at 400-460: every failed greedy
+            # (alpha = 0) two of nine seed runs stalled at 400-460: every failed greedy
             # episode ended with the cart drifting out at x = 2.4 while the value still said
             # ~87 on its last step. States near the edge are a tiny share of a replay full of
-            # balanced poles; their value error puts them into more batches. Three seeds then
-            # reached 475 after 2.5-3.0 minutes and held 500 (docs/BENCHMARKS.md, fifth pass).
+            # balanced poles; their value error puts them into more batches. In three 3-seed
+            # runs all nine seed runs then reached 475, after 2.0-3.5 minutes (fifth pass).
             # The paper's alpha = beta = 1 stalled early (batch-max-normalised weights shrank
             # most samples ~1000x; mean return ~25 after 3.8k training steps).
             # A replay that holds the whole 10-minute run (<= 450k env steps): with 100k steps
@@ -110,7 +110,7 @@ def _cartpole() -> RunSettings:
         # trainer reached 4,400 steps (54/s, rarely waiting for data) against 2,800-3,600
         # (waiting ~30% of the time). 20 evaluation envs play the 20 episodes the solve
         # criterion averages at once, so the evaluation return lags the weights by one
-        # episode, not 2-3 (8 envs). Together, in three 3-seed benchmark runs, seven of nine
+        # episode, not 2-3 (8 envs). Together, still with uniform sampling, seven of nine
         # seed runs reached 475 after 2.6-4.7 minutes (the other two plateaued at 430-460),
         # against 2.8-8.1 minutes with 64 and 8 (docs/BENCHMARKS.md, fourth pass).
         num_actors=1, envs_per_actor=128, num_eval_actors=1, eval_envs_per_actor=20,
