@@ -136,7 +136,7 @@ def _tictactoe() -> RunSettings:
             targets=TargetConfig(num_unroll_steps=5, td_steps=-1, discount=1.0, stack_frames=1),
             # A replay that holds the whole run (~130-300k env steps in 15 minutes).
             replay=ReplayConfig(capacity_steps=400_000, segment_length=9, min_steps_to_sample=500,
-                                priority_exponent=0.6, importance_sampling_exponent=0.4,
+                                priority_exponent=0.0, importance_sampling_exponent=0.0,
                                 samples_per_insert=8.0, samples_per_insert_tolerance=20_000.0),
             network=NetworkConfig(value_support=SupportConfig(-1.0, 1.0, 3, False),
                                   reward_support=SupportConfig(-1.0, 1.0, 3, False),
