@@ -206,7 +206,7 @@ def _cpu_seconds() -> float:
 
 def run_case(args, mode: str, latent: tuple) -> dict:
     from muzero.rpc.config import ServerConfig
-    from muzero.rpc.muzero_service import serve
+    from muzero.algorithms.muzero.service import serve
 
     model = build_model(latent)
     total = args.clients * args.leaves

@@ -1,8 +1,9 @@
-"""Typed settings for search, targets, replay, network and training, in one place.
+"""MuZero's typed settings (search, targets, replay, network, training) and the validation helpers
+every algorithm's config uses.
 
 Every setting lives in a frozen dataclass with a documented default. Defaults follow
-the SEED RL MuZero reference (``shared/reference/seed_muzero.md`` section 3, Atari
-column) except where a comment says ``paper:``: there the MuZero paper
+SEED RL's MuZero (its Atari settings; docs/ARCHITECTURE.md, "Where the defaults come
+from") except where a comment says ``paper:``: there the MuZero paper
 (Schrittwieser et al. 2020, Appendix) is followed instead, and the SEED value is named.
 
 Validation happens in ``__post_init__``; a bad value raises :class:`ConfigError` whose
@@ -130,6 +131,12 @@ class SearchConfig:
             _fail("SearchConfig", "temperature_factors", factors, "must all be >= 0")
         object.__setattr__(self, "temperature_steps", steps)
         object.__setattr__(self, "temperature_factors", factors)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes one search tree needs: the root plus one per simulation (S + 1). The latent
+        cache's nodes per slot, the actor's tree workspace and the evaluator all use this."""
+        return self.num_simulations + 1
 
     def temperature_at(self, train_step: int) -> float:
         """Acting temperature at the learner's training step ``train_step``."""
@@ -294,8 +301,6 @@ class TrainingConfig:
     hidden_gradient_scale: float = 0.5
     # "paper": recurrent-step losses scaled by 1/K. "seed": by 1/max(sum of masks, 1).
     recurrent_loss_scaling: str = "paper"
-    max_train_steps: int = 1_000_000
-    checkpoint_every_secs: float = 600.0
     # Board games with registered symmetries (envs.board_symmetries; tic-tac-toe's 8):
     # each sampled position is trained under one random symmetry (muzero/replay/augment.py).
     augment_symmetries: bool = False
@@ -316,8 +321,6 @@ class TrainingConfig:
         check_float(self, "gradient_clip_norm", 0.0)
         check_float(self, "hidden_gradient_scale", 0.0, 1.0)
         _check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
-        check_int(self, "max_train_steps", 1)
-        check_float(self, "checkpoint_every_secs", 0.0, lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,13 +3,14 @@ server (a NumPy model, no TensorFlow) whose pushed segments must form valid, con
 import numpy as np
 
 import envs
-from muzero.actor.actor import Actor, ActorSettings, TreeLegalMasks
+from muzero.actor.actor import Actor, ActorSettings
+from muzero.algorithms.muzero.acting import TreeLegalMasks
 from muzero.actor.segments import SegmentBuilder
 from muzero.config import SearchConfig
 from muzero.replay.store import validate_segment
 from muzero.rpc.client import InferenceClient
 from muzero.rpc.config import ServerConfig
-from muzero.rpc.muzero_service import InMemoryLearnerHandlers, serve
+from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 
 
 def _add(builder, t, done_env=None, truncated_env=None):

@@ -215,7 +215,7 @@ def test_train_step_reports_the_scheduled_learning_rate():
     # Cosine decay from 0.1 to alpha * 0.1 = 0.01 over 4 steps; after k steps the rate for
     # the next one is 0.01 + 0.09 * (1 + cos(pi * k / 4)) / 2:
     # k=1: 0.01 + 0.045 * (1 + 0.70711) = 0.086820; k=2: 0.055; k=4 and later: 0.01.
-    from muzero.learner.trainer import make_optimizer
+    from muzero.algorithms.muzero.learning import make_optimizer
     network = make_network(CARTPOLE, CONFIG, 1, seed=12)
     optimizer = make_optimizer(TrainingConfig(learning_rate=0.1, lr_schedule="cosine", lr_decay_steps=4,
                                               lr_alpha=0.1))

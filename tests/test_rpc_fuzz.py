@@ -9,7 +9,7 @@ from hypothesis.extra import numpy as hnp
 from muzero.rpc import wire
 from muzero.rpc.client import InferenceClient
 from muzero.rpc.config import ServerConfig
-from muzero.rpc.muzero_service import InMemoryLearnerHandlers, serve
+from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
 from muzero.rpc.testing import ToyModel
 

@@ -6,7 +6,7 @@ import multiprocessing as mp
 import numpy as np
 
 from muzero.rpc.config import ServerConfig
-from muzero.rpc.muzero_service import serve
+from muzero.algorithms.muzero.service import serve
 from muzero.rpc.testing import ToyModel
 
 NUM_CLIENTS, NUM_ENVS, NUM_SIMS = 8, 3, 5

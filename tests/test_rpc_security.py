@@ -9,7 +9,7 @@ import pytest
 from muzero.config import ConfigError
 from muzero.rpc.client import InferenceClient, ServerError
 from muzero.rpc.config import ClientConfig, ServerConfig
-from muzero.rpc.muzero_service import serve
+from muzero.algorithms.muzero.service import serve
 from muzero.rpc.server import BatchingServer
 from muzero.rpc.testing import ToyModel
 

@@ -15,7 +15,7 @@ from muzero.rpc import wire
 from muzero.rpc.client import InferenceClient, LeaseLostError, ServerError
 from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.rpc.latent_cache import NumpyLatentCache
-from muzero.rpc.muzero_service import InMemoryLearnerHandlers, serve
+from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
 from muzero.rpc.testing import ToyModel, toy_path
 

@@ -5,7 +5,7 @@ import pytest
 from envs.base import EnvDescriptor
 from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig,
                            SupportConfig, TargetConfig)
-from muzero.learner.trainer import Trainer
+from muzero.algorithms.muzero.learning import Trainer
 from muzero.replay import Replay
 
 VECTOR = EnvDescriptor("vec", (4,), "float32", 2)

@@ -24,8 +24,8 @@ import numpy as np
 
 import envs
 from muzero.actor.segments import SegmentBuilder
+from muzero.algorithms.muzero.acting import SearchPolicy
 from muzero.config import SearchConfig
-from muzero.mcts import RootOutputs, allocate_tree, search, select_action
 from muzero.observation import FrameHistory
 
 
@@ -64,29 +64,6 @@ def episode_report(returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -
             "episode_length": np.asarray(lengths, np.int32), "evaluation": np.bool_(evaluation)}
 
 
-class TreeLegalMasks:
-    """Legal masks of in-tree nodes for board games where a move occupies a cell.
-
-    Tracks, per tree and node, the actions taken on the path from the root
-    (``taken [B, N, A]``); a node's legal actions are the root's legal actions minus
-    those. Used for tic-tac-toe-like envs (``descriptor.has_legal_mask`` and
-    two-player). Where nothing would be legal (a full board) every action is allowed:
-    the learned model treats play past the end as absorbing.
-    """
-
-    def __init__(self, root_legal: np.ndarray, num_nodes: int):
-        b, a = root_legal.shape
-        self.root_legal = root_legal
-        self.taken = np.zeros((b, num_nodes, a), bool)
-
-    def __call__(self, parent_node, action, new_node) -> np.ndarray:
-        rows = np.arange(len(parent_node))
-        self.taken[rows, new_node] = self.taken[rows, parent_node]
-        self.taken[rows, new_node, action] = True
-        legal = self.root_legal & ~self.taken[rows, new_node]
-        return np.where(legal.any(axis=1, keepdims=True), legal, True)
-
-
 class Actor:
     """Runs one actor's loop against an inference client (``muzero.rpc.InferenceClient``)."""
 
@@ -100,13 +77,13 @@ class Actor:
                                      **s.env_options)
         self.descriptor = self.batch.descriptor
         d = self.descriptor
-        self.num_nodes = s.search.num_simulations + 1
+        self.num_nodes = s.search.num_nodes
         self.history = (FrameHistory(s.envs_per_actor, d.observation_shape, s.stack_frames, d.num_actions)
                         if d.is_image else None)
         self.builder = SegmentBuilder(s.envs_per_actor, d.observation_shape, np.dtype(d.observation_dtype),
                                       d.num_actions, s.segment_length, d.has_legal_mask)
-        self.workspace = allocate_tree(s.envs_per_actor, self.num_nodes, d.num_actions)
-        self.in_tree_masks = d.has_legal_mask and d.two_player
+        self.policy = SearchPolicy(s.search, s.envs_per_actor, d.num_actions, self.rng,
+                                   evaluation=s.evaluation, in_tree_masks=d.has_legal_mask and d.two_player)
         self.stop_event = threading.Event()
         self.env_steps = 0
         self.training_step = 0
@@ -118,32 +95,12 @@ class Actor:
     def _network_input(self, step) -> np.ndarray:
         return self.history.network_input() if self.history is not None else step.observation
 
-    def _recurrent_fn(self, root_legal: np.ndarray):
-        if not self.in_tree_masks:
-            return self.client.recurrent_fn
-        masks = TreeLegalMasks(root_legal, self.num_nodes)
-
-        def recurrent_fn(parent_node, action, new_node):
-            reward, value, logits = self.client.recurrent_fn(parent_node, action, new_node)
-            return reward, value, logits, masks(parent_node, action, new_node)
-        return recurrent_fn
-
     def act(self, step):
         """One search over the E roots of ``step``; returns (actions [E], SearchResult)."""
-        s = self.settings
         root = self.client.initial_inference(self._network_input(step))
-        legal = step.legal_mask
-        result = search(RootOutputs(value=np.asarray(root["value"], np.float32),
-                                    policy_logits=np.asarray(root["policy_logits"], np.float32),
-                                    legal_mask=legal, to_play=step.to_play),
-                        self._recurrent_fn(legal), s.search, self.rng, add_noise=not s.evaluation,
-                        workspace=self.workspace)
-        temperature = 0.0 if s.evaluation else s.search.temperature_at(self.training_step)
-        actions = select_action(result.visit_counts, temperature, self.rng)
-        if temperature > 0 and s.search.greedy_after_moves >= 0:
-            late = self.move_index >= s.search.greedy_after_moves
-            actions[late] = np.argmax(result.visit_counts[late], axis=1)
-        return actions, result
+        return self.policy.act(root["value"], root["policy_logits"], step.legal_mask, step.to_play,
+                               self.client.recurrent_fn, training_step=self.training_step,
+                               move_index=self.move_index)
 
     def _push(self, retry_for_s: float = 0.0) -> bool:
         """Sends pending segments and episode statistics; True when delivered (or nothing to send).

@@ -18,9 +18,8 @@ from typing import Optional
 import numpy as np
 
 import envs
-from muzero.actor.actor import TreeLegalMasks
+from muzero.algorithms.muzero.acting import SearchPolicy
 from muzero.config import SearchConfig, from_dict, to_dict
-from muzero.mcts import RootOutputs, search, select_action
 from muzero.observation import FrameHistory
 
 RUN_JSON = "run.json"
@@ -41,9 +40,10 @@ class SavedModelPlayer:
         self.num_envs = num_envs
         self.num_actions = int(self.spec["num_actions"])
         hidden = tuple(self.spec["hidden_shape"])
-        self._hidden = np.zeros((num_envs, search_config.num_simulations + 1) + hidden, np.float32)
+        self._hidden = np.zeros((num_envs, search_config.num_nodes) + hidden, np.float32)
         self.input_dtype = np.dtype(self.spec["observation"]["dtype"])
         self.last_root_value: Optional[np.ndarray] = None  # set by act()
+        self._policies: dict = {}   # in_tree_masks -> SearchPolicy (its tree workspace is reused)
 
     def _call(self, fn, **inputs) -> dict:
         out = fn(**{k: self._tf.constant(v) for k, v in inputs.items()})
@@ -57,19 +57,21 @@ class SavedModelPlayer:
         self.last_root_value = root["value"]
         self._hidden[:, 0] = root["hidden_state"]
         rows = np.arange(self.num_envs)
-        masks = TreeLegalMasks(legal_mask, self._hidden.shape[1]) if in_tree_masks else None
 
         def recurrent_fn(parent_node, action, new_node):
             out = self._call(self._recurrent, hidden_state=self._hidden[rows, parent_node],
                              action=action.astype(np.int32))
             self._hidden[rows, new_node] = out["hidden_state"]
-            if masks is None:
-                return out["reward"], out["value"], out["policy_logits"]
-            return out["reward"], out["value"], out["policy_logits"], masks(parent_node, action, new_node)
+            return out["reward"], out["value"], out["policy_logits"]
 
-        result = search(RootOutputs(root["value"], root["policy_logits"], legal_mask, to_play),
-                        recurrent_fn, self.search_config, rng, add_noise=False)
-        return select_action(result.visit_counts, 0.0, rng)
+        policy = self._policies.get(in_tree_masks)
+        if policy is None:
+            policy = self._policies[in_tree_masks] = SearchPolicy(
+                self.search_config, self.num_envs, self.num_actions, rng, evaluation=True,
+                in_tree_masks=in_tree_masks)
+        policy.rng = rng
+        actions, _ = policy.act(root["value"], root["policy_logits"], legal_mask, to_play, recurrent_fn)
+        return actions
 
 
 def load_run(export_dir: str) -> Optional[dict]:

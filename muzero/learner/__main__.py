@@ -1,13 +1,15 @@
-"""``python -m muzero.learner --env=cartpole``: train MuZero with local actors on this machine.
+"""``python -m muzero.learner --env=cartpole``: train an agent with local actors on this machine.
 
-Starts the inference server, the replay, the trainer and ``--num_actors`` actor
-processes (plus ``--num_eval_actors`` greedy evaluation actors). Per-env defaults
-live in ``muzero/learner/defaults.py``; flags override them; the resulting
-settings are printed and saved as ``<logdir>/config.json``. Running the same
-command again resumes from the newest checkpoint in ``--logdir``.
+Starts the inference server, the learner of ``--algo`` (MuZero by default: replay and
+trainer) and ``--num_actors`` actor processes (plus ``--num_eval_actors`` greedy
+evaluation actors). Per-(algorithm, env) defaults live in each algorithm's folder
+(``muzero/algorithms/<algo>/``); flags override them; the resulting settings are
+printed and saved as ``<logdir>/config.json``. Running the same command again resumes
+from the newest checkpoint in ``--logdir``.
 
 Examples:
   python -m muzero.learner --env=cartpole --max_env_steps=200000
+  python -m muzero.learner --algo=ppo --env=cartpole --max_seconds=120
   python -m muzero.learner --env=tictactoe --logdir=runs/ttt
   python -m muzero.learner --env=atari --env_options='{"game": "Breakout"}'
   python -m muzero.learner --env=cartpole --set=training.learning_rate=0.001 --set=search.num_simulations=50
@@ -24,6 +26,8 @@ import re
 from absl import flags
 
 FLAGS = flags.FLAGS
+flags.DEFINE_string("algo", "muzero", "Algorithm: muzero (search actors, replay), vtrace (IMPALA) or ppo "
+                    "(step-streaming thin actors). A --config file's algo is used when this flag is not given.")
 flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari or gym:<Gymnasium id>.")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options, e.g. '{\"game\": \"Breakout\"}' for atari.")
 flags.DEFINE_string("logdir", None, "Log directory (checkpoints, TensorBoard, config.json, metrics.jsonl, "
@@ -32,16 +36,18 @@ flags.DEFINE_integer("num_actors", None, "Local acting processes (default per en
 flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep per actor (default per env).")
 flags.DEFINE_integer("num_eval_actors", None, "Local greedy evaluation actors (no noise, temperature 0).")
 flags.DEFINE_integer("eval_envs_per_actor", None, "Envs per evaluation actor.")
-flags.DEFINE_integer("simulations", None, "MCTS simulations per move (search.num_simulations).")
-flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_size).")
+flags.DEFINE_integer("simulations", None, "MuZero: MCTS simulations per move (search.num_simulations).")
+flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_size; unrolls for vtrace/ppo).")
 flags.DEFINE_float("learning_rate", None, "Peak learning rate (training.learning_rate).")
 flags.DEFINE_integer("max_env_steps", None, "Stop after this many env steps (0 = no limit).")
 flags.DEFINE_integer("max_train_steps", None, "Stop after this many training steps (0 = no limit).")
 flags.DEFINE_float("max_seconds", None, "Stop after this many seconds of wall time (0 = no limit).")
 flags.DEFINE_integer("seed", None, "Seed of networks, replay sampling and actors.")
-flags.DEFINE_multi_string("set", [], "Override any config field: section.field=value with section one of "
-                          "search, targets, replay, network, training (value as JSON, e.g. "
-                          "network.value_support='{\"low\": -5, \"high\": 5, \"num_bins\": 11}'). Repeatable.")
+flags.DEFINE_multi_string("set", [], "Override any config field: section.field=value, section one of the "
+                          "algorithm's config sections (muzero: search, targets, replay, network, training; "
+                          "the error for a wrong one lists them), value as JSON, e.g. "
+                          "network.value_support='{\"low\": -5, \"high\": 5, \"num_bins\": 11}'. "
+                          "Repeatable; all are applied together.")
 flags.DEFINE_string("config", None, "Start from a saved config.json (e.g. a previous run's) instead of the "
                     "per-env defaults; other flags still override it.")
 flags.DEFINE_string("host", "127.0.0.1", "Interface the inference server binds. Non-loopback addresses "
@@ -53,10 +59,10 @@ flags.DEFINE_string("tls_key_file", None, "PEM private key for TLS.")
 flags.DEFINE_string("auth_token_file", None, "File holding the shared token clients must send.")
 flags.DEFINE_string("init_checkpoint", None, "Initialise network weights from this checkpoint (a ckpt-<step> "
                     "directory or a run's logdir) when --logdir holds none: fine-tuning after pretraining.")
-flags.DEFINE_list("trainable_parts", None, "Train only these parts: representation, dynamics, prediction "
-                  "(default all).")
+flags.DEFINE_list("trainable_parts", None, "MuZero: train only these parts: representation, dynamics, "
+                  "prediction (default all).")
 flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/step-<N> at the end.")
-flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (training.checkpoint_every_secs).")
+flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
 
 
 class UsageError(ValueError):
@@ -70,20 +76,50 @@ def _parse_value(text: str):
         return text
 
 
-def build_settings():
+def _parse_set(item: str, config) -> tuple:
+    """'section.field=value' -> (section, field, value) checked against ``config``'s sections."""
+    import dataclasses
+
     from muzero.config import SupportConfig
-    from muzero.learner.defaults import RunSettings, known_envs, replace_config, run_defaults
+    from muzero.learner.settings import sections
+    known_sections = sections(config)
+    match = re.fullmatch(r"(\w+)\.(\w+)=(.*)", item, re.S)
+    if not match or match.group(1) not in known_sections:
+        raise UsageError(f"--set={item!r} must look like section.field=value with section in "
+                         f"{', '.join(known_sections)}")
+    section, field, value = match.groups()
+    known = {f.name for f in dataclasses.fields(known_sections[section])}
+    if field not in known:
+        raise UsageError(f"--set: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
+    value = _parse_value(value)
+    if field.endswith("_support") and isinstance(value, dict):
+        value = SupportConfig(**value)
+    if isinstance(value, list):
+        value = tuple(value)
+    return section, field, value
+
+
+def build_settings():
+    from muzero import algorithms
+    from muzero.learner.settings import RunSettings, replace_sections
 
     if FLAGS.config:
         with open(FLAGS.config) as f:
             settings = RunSettings.from_dict(json.load(f))
+        if FLAGS["algo"].present and FLAGS.algo != settings.algo:
+            raise UsageError(f"--algo={FLAGS.algo} differs from the --config file's algo {settings.algo!r}")
         if FLAGS["env"].present and FLAGS.env != settings.env:
             settings = dataclasses.replace(settings, env=FLAGS.env)
     else:
         try:
-            settings = run_defaults(FLAGS.env)
+            builder = algorithms.get(FLAGS.algo)
+        except algorithms.UnknownAlgorithmError as e:
+            raise UsageError(str(e)) from None
+        try:
+            settings = builder.default_settings(FLAGS.env)
         except ValueError:
-            raise UsageError(f"--env={FLAGS.env!r} is not a known env; known: {', '.join(known_envs())}") from None
+            raise UsageError(f"--env={FLAGS.env!r} is not a known env for --algo={FLAGS.algo}; known: "
+                             f"{', '.join(builder.known_envs())}") from None
     try:
         options = json.loads(FLAGS.env_options)
     except json.JSONDecodeError as e:
@@ -95,33 +131,21 @@ def build_settings():
     top = {"num_actors": FLAGS.num_actors, "envs_per_actor": FLAGS.envs_per_actor,
            "num_eval_actors": FLAGS.num_eval_actors, "eval_envs_per_actor": FLAGS.eval_envs_per_actor,
            "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
-           "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed}
+           "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
+           "checkpoint_every_secs": FLAGS.checkpoint_every_secs}
     settings = dataclasses.replace(settings, **{k: v for k, v in top.items() if v is not None})
-    sections = {"search": {"num_simulations": FLAGS.simulations},
-                "training": {"batch_size": FLAGS.batch_size, "learning_rate": FLAGS.learning_rate,
-                             "checkpoint_every_secs": FLAGS.checkpoint_every_secs}}
+    changes: dict = {}
+    shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),
+                 ("learning_rate", "training", "learning_rate"))
+    for flag, section, field in shortcuts:
+        if getattr(FLAGS, flag) is not None:
+            if not hasattr(settings.config, section) or not hasattr(getattr(settings.config, section), field):
+                raise UsageError(f"--{flag} does not apply to --algo={settings.algo} (it sets {section}.{field})")
+            changes.setdefault(section, {})[field] = getattr(FLAGS, flag)
     for item in FLAGS.set:
-        match = re.fullmatch(r"(search|targets|replay|network|training)\.(\w+)=(.*)", item, re.S)
-        if not match:
-            raise UsageError(f"--set={item!r} must look like section.field=value with section in "
-                             "search, targets, replay, network, training")
-        section, field, value = match.groups()
-        known = {f.name for f in dataclasses.fields(type(getattr(settings.config, section)))}
-        if field not in known:
-            raise UsageError(f"--set: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
-        value = _parse_value(value)
-        if field.endswith("_support") and isinstance(value, dict):
-            value = SupportConfig(**value)
-        if isinstance(value, list):
-            value = tuple(value)
-        sections.setdefault(section, {})[field] = value
-    for section, changes in sections.items():
-        changes = {k: v for k, v in changes.items() if v is not None}
-        if changes:
-            settings = replace_config(settings, section, **changes)
-    if settings.config.search.discount != settings.config.targets.discount:
-        raise UsageError("search.discount and targets.discount differ; set both")
-    return settings
+        section, field, value = _parse_set(item, settings.config)
+        changes.setdefault(section, {})[field] = value
+    return replace_sections(settings, changes)
 
 
 def _check_logdir(path: str) -> None:
@@ -146,28 +170,30 @@ def main(argv):
         envs.describe(settings.env, **settings.env_options)
     except ValueError as e:  # unknown env (e.g. from --config) or bad --env_options
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
-    logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", settings.env))
+    if FLAGS.trainable_parts is not None:
+        from muzero.network.networks import PARTS
+        bad = [p for p in FLAGS.trainable_parts if p not in PARTS]
+        if settings.algo != "muzero" or bad or not FLAGS.trainable_parts:
+            raise UsageError(f"--trainable_parts={','.join(FLAGS.trainable_parts)} is invalid: MuZero only, "
+                             f"a comma-separated subset of {', '.join(PARTS)}")
+    name = settings.env if settings.algo == "muzero" else f"{settings.algo}_{settings.env}"
+    logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", name))
     _check_logdir(logdir)
 
-    from muzero.learner.learner import Learner
+    from muzero.learner.loop import Run
     from muzero.rpc.config import ClientConfig, ServerConfig
 
-    config = settings.config
-    total_envs = settings.num_actors * settings.envs_per_actor + \
-        settings.num_eval_actors * settings.eval_envs_per_actor
     server_config = ServerConfig(host=FLAGS.host, port=FLAGS.port, tls_cert_file=FLAGS.tls_cert_file,
-                                 tls_key_file=FLAGS.tls_key_file, auth_token_file=FLAGS.auth_token_file,
-                                 max_nodes=config.search.num_simulations + 1,
-                                 cache_slots=max(256, 2 * total_envs))
+                                 tls_key_file=FLAGS.tls_key_file, auth_token_file=FLAGS.auth_token_file)
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
                                  tls_server_name="localhost" if FLAGS.tls_cert_file else None)
     print(f"settings ({logdir}/config.json):\n{settings.to_json()}", flush=True)
-    learner = Learner(settings, logdir, server_config=server_config, client_config=client_config,
-                      init_checkpoint=FLAGS.init_checkpoint, trainable_parts=FLAGS.trainable_parts,
-                      export=FLAGS.export, log=lambda m: print(m, flush=True))
-    record = learner.run()
-    print(f"done: {record.get('stop_reason')}; training step {learner.training_step}, "
-          f"env steps {learner.env_steps}", flush=True)
+    run = Run(settings, logdir, server_config=server_config, client_config=client_config,
+              init_checkpoint=FLAGS.init_checkpoint, trainable_parts=FLAGS.trainable_parts,
+              export=FLAGS.export, log=lambda m: print(m, flush=True))
+    record = run.run()
+    print(f"done: {record.get('stop_reason')}; training step {run.training_step}, "
+          f"env steps {run.env_steps}", flush=True)
 
 
 def run():

@@ -42,6 +42,36 @@ _METHODS = ("model_info", "register", "release", "initial_inference", "recurrent
             "learner_info", "server_stats")
 
 
+def open_channel(address: str, config: ClientConfig) -> tuple:
+    """A gRPC channel to ``address`` ("host:port") set up from ``config``, and the call
+    metadata to send with every call: ``(channel, metadata)``.
+
+    The channel has the message size limits, no gRPC-level retries and reconnect back-off
+    from ``config``; TLS when ``tls_ca_file`` is set (``tls_server_name`` overrides the
+    name checked on the certificate). ``metadata`` is ``(("authorization", "Bearer
+    <token>"),)`` when ``auth_token_file`` is set, else None. Shared by every client
+    (``InferenceClient``, ``muzero.actor.streaming.StreamingClient``).
+    """
+    options = [("grpc.max_receive_message_length", config.max_message_bytes),
+               ("grpc.max_send_message_length", config.max_message_bytes),
+               ("grpc.enable_retries", 0),
+               ("grpc.initial_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
+               ("grpc.min_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
+               ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1e3))]
+    if config.tls_ca_file is not None:
+        ca = read_bytes(config.tls_ca_file, "ClientConfig", "tls_ca_file")
+        if config.tls_server_name:
+            options.append(("grpc.ssl_target_name_override", config.tls_server_name))
+        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(ca), options)
+    else:
+        channel = grpc.insecure_channel(address, options)
+    metadata = None
+    if config.auth_token_file is not None:
+        token = read_token(config.auth_token_file, "ClientConfig")
+        metadata = (("authorization", f"Bearer {token}"),)
+    return channel, metadata
+
+
 class ServerError(RuntimeError):
     """A call failed: ``code`` (grpc.StatusCode), ``details`` and the ``mz-error`` ``tag``."""
 
@@ -98,23 +128,7 @@ class InferenceClient:
         self.address, self.mode, self.config = address, mode, config
         self.actor_id = int(actor_id)
         self.run_id = secrets.randbits(63) if run_id is None else int(run_id)
-        options = [("grpc.max_receive_message_length", config.max_message_bytes),
-                   ("grpc.max_send_message_length", config.max_message_bytes),
-                   ("grpc.enable_retries", 0),
-                   ("grpc.initial_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
-                   ("grpc.min_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
-                   ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1e3))]
-        if config.tls_ca_file is not None:
-            ca = read_bytes(config.tls_ca_file, "ClientConfig", "tls_ca_file")
-            if config.tls_server_name:
-                options.append(("grpc.ssl_target_name_override", config.tls_server_name))
-            self._channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(ca), options)
-        else:
-            self._channel = grpc.insecure_channel(address, options)
-        self._metadata = None
-        if config.auth_token_file is not None:
-            token = read_token(config.auth_token_file, "ClientConfig")
-            self._metadata = (("authorization", f"Bearer {token}"),)
+        self._channel, self._metadata = open_channel(address, config)
         self._stubs = {m: self._channel.unary_unary(f"/{SERVICE}/{m}") for m in _METHODS}
         self._lease: Optional[int] = None
         self.num_envs = self.num_nodes = 0

@@ -1,6 +1,7 @@
 """A gRPC server of named-tensor methods with deadline batching, auth and TLS.
 
-Methods are bound by name on one service (``/muzero.MuZero/<name>``) through
+Methods are bound by name on a named service (``/<service>/<name>``; several
+services, one per algorithm, can share the server and its port) through
 grpcio's generic handlers: requests and responses are raw ``wire`` messages, no
 protobuf. Two kinds of method:
 
@@ -42,6 +43,7 @@ import numpy as np
 from muzero.rpc import wire
 from muzero.rpc.config import ServerConfig, read_bytes, read_token
 
+# The MuZero service's name, and the service a method joins when none is named.
 SERVICE = "muzero.MuZero"
 ERROR_TAG_KEY = "mz-error"
 _LOG = logging.getLogger(__name__)
@@ -292,7 +294,7 @@ class BatchingServer:
             key = read_bytes(config.tls_key_file, "ServerConfig", "tls_key_file")
             cert = read_bytes(config.tls_cert_file, "ServerConfig", "tls_cert_file")
             self._credentials = grpc.ssl_server_credentials([(key, cert)])
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}   # service -> method -> handler
         self._batched: dict[str, _BatchedMethod] = {}
         self._errors: collections.Counter = collections.Counter()
         self._errors_lock = threading.Lock()
@@ -300,28 +302,31 @@ class BatchingServer:
         self.port: Optional[int] = None
 
     # -- binding ---------------------------------------------------------------------------
-    def bind_unary(self, name: str, fn: Callable[[dict, grpc.ServicerContext], dict]) -> None:
-        self._add(name, fn)
+    def bind_unary(self, name: str, fn: Callable[[dict, grpc.ServicerContext], dict],
+                   service: str = SERVICE) -> None:
+        self._add(service, name, fn)
 
     def bind_batched(self, name: str, prepare: Callable, run: Callable[[Batch], dict],
                      max_batch: int, max_wait_ms: float,
-                     ready: Optional[Callable[[int], bool]] = None) -> None:
+                     ready: Optional[Callable[[int], bool]] = None, service: str = SERVICE) -> None:
         """``ready(n)`` (optional) is asked after each added request whether a batch of
         n requests can close before the deadline."""
         method = _BatchedMethod(name, prepare, run, max_batch, max_wait_ms, ready)
-        self._batched[name] = method
+        key = name if service == SERVICE else f"{service}/{name}"
+        self._batched[key] = method
 
         def call(tensors, context):
             return method.submit(prepare(tensors, context), context.time_remaining())
 
-        self._add(name, call)
+        self._add(service, name, call)
 
-    def _add(self, name: str, fn) -> None:
+    def _add(self, service: str, name: str, fn) -> None:
         if self._server is not None:
             raise RuntimeError(f"bind {name!r} before start()")
-        if name in self._handlers:
-            raise ValueError(f"method {name!r} is already bound")
-        self._handlers[name] = grpc.unary_unary_rpc_method_handler(self._wrap(name, fn))
+        methods = self._handlers.setdefault(service, {})
+        if name in methods:
+            raise ValueError(f"method {name!r} is already bound on {service}")
+        methods[name] = grpc.unary_unary_rpc_method_handler(self._wrap(name, fn))
 
     def _wrap(self, name: str, fn):
         token, max_tensors = self._token, self.config.max_tensors
@@ -363,7 +368,8 @@ class BatchingServer:
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(
             max_workers=cfg.max_workers, thread_name_prefix="rpc"), options=options)
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, self._handlers),))
+            tuple(grpc.method_handlers_generic_handler(service, methods)
+                  for service, methods in self._handlers.items()))
         try:
             if self._credentials is not None:
                 port = server.add_secure_port(cfg.bind_address, self._credentials)
@@ -377,7 +383,7 @@ class BatchingServer:
             method.thread.start()
         server.start()
         self._server, self.port = server, port
-        _LOG.info("serving %s on %s:%d (%s)", SERVICE, cfg.host, port,
+        _LOG.info("serving %s on %s:%d (%s)", ", ".join(self._handlers), cfg.host, port,
                   "TLS" if self._credentials else "plaintext")
         return port
 

@@ -1,6 +1,6 @@
 """Small models with hand-checkable outputs, for testing the server and its clients.
 
-``ToyModel`` (numpy) follows the model interface of ``muzero_service`` with
+``ToyModel`` (numpy) follows the model interface of ``muzero.algorithms.muzero.service`` with
 arithmetic simple enough to work out by hand (all values are small integers,
 exact in float32):
 

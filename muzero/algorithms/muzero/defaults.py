@@ -1,4 +1,4 @@
-"""Per-env defaults of a MuZero run, in one place.
+"""Per-env defaults of a MuZero run (``--algo=muzero``), in one place.
 
 ``run_defaults(env_name)`` returns a :class:`RunSettings` whose fields are what
 ``python -m muzero.learner`` uses unless a flag overrides them. The learner prints
@@ -9,57 +9,11 @@ from the MuZero paper or SEED RL the comment says why.
 from __future__ import annotations
 
 import dataclasses
-import json
-from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig,
-                           TargetConfig, TrainingConfig, from_dict, to_dict)
 
+from muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig, TargetConfig,
+                           TrainingConfig)
+from muzero.learner.settings import RunSettings
 
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
-    """Process-level settings of a run (how many actors, where to log) plus the MuZero config."""
-
-    env: str
-    config: MuZeroConfig
-    env_options: dict = dataclasses.field(default_factory=dict)
-    num_actors: int = 2
-    envs_per_actor: int = 16
-    num_eval_actors: int = 1
-    eval_envs_per_actor: int = 8
-    seed: int = 0
-    # Stop conditions (0 = no limit); the run stops at the first one reached.
-    max_env_steps: int = 0
-    max_train_steps: int = 0
-    max_seconds: float = 0.0
-    # Copy trained weights to the served model every this many training steps.
-    publish_every_steps: int = 1
-    summary_every_steps: int = 50
-    progress_every_s: float = 5.0
-
-    def __post_init__(self):
-        checks = {"num_actors": (self.num_actors, 0), "envs_per_actor": (self.envs_per_actor, 1),
-                  "num_eval_actors": (self.num_eval_actors, 0),
-                  "eval_envs_per_actor": (self.eval_envs_per_actor, 1),
-                  "max_env_steps": (self.max_env_steps, 0), "max_train_steps": (self.max_train_steps, 0),
-                  "publish_every_steps": (self.publish_every_steps, 1),
-                  "summary_every_steps": (self.summary_every_steps, 1)}
-        for name, (value, lo) in checks.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
-        if self.max_seconds < 0:
-            raise ConfigError(f"RunSettings.max_seconds={self.max_seconds} is invalid: must be >= 0")
-
-    def to_dict(self) -> dict:
-        data = to_dict(self)
-        data["config"] = self.config.to_dict()
-        return data
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunSettings":
-        """Inverse of to_dict (a run's config.json); unknown fields raise ConfigError."""
-        return from_dict(cls, data)
 
 def _cartpole() -> RunSettings:
     # Discount 0.99 (not 0.997): CartPole returns reach 500; with 0.99 values stay below 100,
@@ -101,8 +55,7 @@ def _cartpole() -> RunSettings:
             # Cosine decay from 3e-3 to 3e-4 over 20k steps (~10 minutes here), then constant.
             training=TrainingConfig(batch_size=128, learning_rate=3e-3, lr_schedule="cosine",
                                     lr_decay_steps=20_000, lr_alpha=0.1,
-                                    weight_decay=1e-4, value_loss_weight=1.0,
-                                    max_train_steps=1_000_000, checkpoint_every_secs=120.0),
+                                    weight_decay=1e-4, value_loss_weight=1.0),
         ),
         # One acting process with many envs: on 2 cores a second process only adds gRPC
         # round trips and competes with the trainer. Each simulation is one RPC whatever the
@@ -114,6 +67,7 @@ def _cartpole() -> RunSettings:
         # seed runs reached 475 after 2.6-4.7 minutes (the other two plateaued at 430-460),
         # against 2.8-8.1 minutes with 64 and 8 (docs/BENCHMARKS.md, fourth pass).
         num_actors=1, envs_per_actor=128, num_eval_actors=1, eval_envs_per_actor=20,
+        checkpoint_every_secs=120.0,
     )
 
 
@@ -143,10 +97,9 @@ def _tictactoe() -> RunSettings:
                                   conv_channels=32, conv_num_blocks=2, conv_downsample=False,
                                   head_hidden_size=64),
             training=TrainingConfig(batch_size=128, learning_rate=2e-3, lr_schedule="constant",
-                                    weight_decay=1e-4, value_loss_weight=1.0, augment_symmetries=True,
-                                    max_train_steps=1_000_000, checkpoint_every_secs=120.0),
+                                    weight_decay=1e-4, value_loss_weight=1.0, augment_symmetries=True),
         ),
-        num_actors=2, envs_per_actor=32, num_eval_actors=0,
+        num_actors=2, envs_per_actor=32, num_eval_actors=0, checkpoint_every_secs=120.0,
     )
 
 
@@ -185,11 +138,3 @@ def run_defaults(env: str) -> RunSettings:
 
 def known_envs() -> list:
     return sorted(_DEFAULTS) + ["gym:<ID>"]
-
-
-def replace_config(settings: RunSettings, section: str, **changes) -> RunSettings:
-    """A copy of ``settings`` with fields of one config section replaced (validated again)."""
-    config = settings.config
-    new_section = dataclasses.replace(getattr(config, section), **changes)
-    return dataclasses.replace(settings, config=dataclasses.replace(config, **{section: new_section}))
-

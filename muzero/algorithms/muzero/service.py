@@ -37,6 +37,7 @@ from typing import Callable, Optional
 import grpc
 import numpy as np
 
+from muzero import core
 from muzero.rpc import wire
 from muzero.rpc.config import ServerConfig
 from muzero.rpc.latent_cache import LeaseTable, NumpyLatentCache, TFLatentCache
@@ -172,7 +173,7 @@ class InMemoryLearnerHandlers:
                     "steps_received": self.steps_received}
 
 
-class MuZeroService:
+class MuZeroService(core.InferenceService):
     """Binds the MuZero methods for ``model`` on a ``BatchingServer``."""
 
     def __init__(self, model, config: ServerConfig = ServerConfig(), *,
@@ -251,6 +252,10 @@ class MuZeroService:
                 fn(self._runner.model)
             self.weights_version = self.weights_version + 1 if version is None else int(version)
             return self.weights_version
+
+    def update_weights(self, fn: Callable, version: int) -> None:
+        """``core.InferenceService``: ``fn(model)`` between batches, then the version."""
+        self.update_model(fn, version=version)
 
     def set_weights_version(self, version: int) -> None:
         self.weights_version = int(version)

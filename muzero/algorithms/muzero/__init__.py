@@ -1,0 +1,1 @@
+"""MuZero (the default algorithm): search actors push trajectories; see builder.py."""

@@ -1,0 +1,58 @@
+"""MuZero's parts for the run loop: learner (trainer + replay), latent-cache service, search actors."""
+from __future__ import annotations
+
+import dataclasses
+
+from muzero import core
+from muzero.algorithms.muzero import defaults
+from muzero.config import MuZeroConfig
+
+
+class MuZeroBuilder(core.Builder):
+    name = "muzero"
+    config_class = MuZeroConfig
+    ingestion = "trajectory"
+
+    def default_settings(self, env: str):
+        return defaults.run_defaults(env)
+
+    def known_envs(self) -> list:
+        return defaults.known_envs()
+
+    def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
+        from muzero.algorithms.muzero.learning import MuZeroLearner
+        return MuZeroLearner(settings, descriptor, context, trainable_parts=trainable_parts)
+
+    def make_service(self, settings, descriptor, learner, context, server_config):
+        from muzero.algorithms.muzero.service import MuZeroService
+        service = MuZeroService(learner.trainer.serving, server_config,
+                                push_segments_handler=learner.push_segments,
+                                learner_info_handler=learner.learner_info)
+        service.set_weights_version(learner.training_step)
+        return service
+
+    def server_config(self, settings, base):
+        # One cache slot per acting env (twice, so a restarted actor's new lease never waits
+        # for the old one's timeout), each with a node per simulation plus the root.
+        return dataclasses.replace(base, max_nodes=settings.config.search.num_nodes,
+                                   cache_slots=max(256, 2 * settings.total_envs))
+
+    def actor_target(self):
+        from muzero.actor.actor import run_actor
+        return run_actor
+
+    def actor_args(self, settings, index, address, client_config, training_step):
+        from muzero.actor.actor import ActorSettings
+        import envs
+        cfg: MuZeroConfig = settings.config
+        is_image = envs.describe(settings.env, **settings.env_options).is_image
+        evaluation = index >= settings.num_actors
+        return (ActorSettings(
+            server=address, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
+            envs_per_actor=settings.eval_envs_per_actor if evaluation else settings.envs_per_actor,
+            actor_id=index, seed=settings.seed + 7919 * (training_step + 1), evaluation=evaluation,
+            stack_frames=cfg.targets.stack_frames if is_image else 1,
+            segment_length=cfg.replay.segment_length, client_config=client_config),)
+
+
+BUILDER = MuZeroBuilder()

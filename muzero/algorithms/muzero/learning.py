@@ -1,0 +1,238 @@
+"""MuZero's learner: networks, optimiser, SGD steps, replay ingestion, checkpoints, export.
+
+``Trainer`` owns two copies of the network: ``network`` is trained, ``serving``
+answers the inference server. After a training step the trained weights are copied
+into the serving copy between two inference batches (``MuZeroService.update_weights``),
+so inference always reads one consistent set of weights, and its weights version is
+the training step they came from.
+
+``MuZeroLearner`` (the ``muzero.core.Learner`` of MuZero) adds the prioritized replay:
+actors' ``push_segments`` go into it (``push_segments`` below, called by the service),
+and ``step()`` samples a batch (with value reanalyse and board-symmetry augmentation
+when configured), trains and writes the new priorities back.
+
+A checkpoint directory holds ``model`` (``tf.train.Checkpoint`` of network, optimiser
+and step), ``replay`` (a replay snapshot) and ``learner.json`` (RNG state).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Sequence
+
+import grpc
+import numpy as np
+import tensorflow as tf
+
+import envs
+from muzero import core
+from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
+from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
+from muzero.network import export_saved_model, make_network, make_train_step
+from muzero.network.networks import PARTS
+from muzero.replay import Replay, ReplayClosedError
+from muzero.replay.augment import augment_board_batch
+from muzero.rpc.server import RequestError
+
+# Longest a push waits for the rate limiter before answering RESOURCE_EXHAUSTED; well
+# below the client's per-call deadline, so the actor always hears the outcome.
+PUSH_WAIT_S = 20.0
+
+
+def make_optimizer(training: TrainingConfig):
+    lr = training.learning_rate
+    if training.lr_schedule == "cosine":
+        lr = tf.keras.optimizers.schedules.CosineDecay(lr, training.lr_decay_steps, alpha=training.lr_alpha)
+    elif training.lr_schedule == "cosine_restarts":
+        lr = tf.keras.optimizers.schedules.CosineDecayRestarts(lr, training.lr_decay_steps,
+                                                               alpha=training.lr_alpha)
+    if training.optimizer == "sgd":
+        return tf.keras.optimizers.SGD(lr, momentum=training.momentum)
+    return tf.keras.optimizers.Adam(lr)
+
+
+def check_parts(parts: Optional[Sequence[str]]) -> Optional[list]:
+    if parts is None:
+        return None
+    parts = list(parts)
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise ValueError(f"trainable parts {parts} invalid: choose from {list(PARTS)}")
+    return parts
+
+
+class Trainer:
+    """Owns the trained and served networks, the optimiser and the step counter."""
+
+    def __init__(self, descriptor, config: MuZeroConfig, seed: int = 0,
+                 trainable_parts: Optional[Sequence[str]] = None):
+        stack = config.targets.stack_frames if descriptor.is_image else 1
+        self.config = config
+        self.network = make_network(descriptor, config.network, stack, seed=seed)
+        self.serving = make_network(descriptor, config.network, stack, seed=seed)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.optimizer = make_optimizer(config.training)
+        self.trainable_parts = check_parts(trainable_parts)
+        variables = (self.network.variables_of(self.trainable_parts) if self.trainable_parts
+                     else list(self.network.trainable_variables))
+        self.optimizer.build(variables)
+        self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
+        self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
+        self._src = list(self.network.variables)
+        self._dst = list(self.serving.variables)
+        if [v.shape for v in self._src] != [v.shape for v in self._dst]:
+            raise RuntimeError("trained and served networks differ in structure")
+
+    @tf.function
+    def _copy_weights(self):
+        for dst, src in zip(self._dst, self._src):
+            dst.assign(src)
+
+    def copy_to_serving(self, _model=None) -> None:
+        """Copies trained weights into the serving network (call between inference batches)."""
+        self._copy_weights()
+
+    def train(self, batch: dict) -> tuple:
+        """One SGD step on a replay batch; returns (metrics {name: float}, new priorities [B])."""
+        inputs = {k: v for k, v in batch.items() if k != "index"}
+        total, metrics, priorities = self._train_step(inputs)
+        self.step.assign_add(1)
+        out = {k: float(v) for k, v in metrics.items()}
+        out["loss/total"] = float(total)
+        return out, priorities.numpy()
+
+    def bootstrap_values(self, observation: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The replay's reanalyse hook (``TargetConfig.reanalyse_values``): the trained
+        network's value [M] of observations [M, *input_shape], each from the point of
+        view of the player to move there (``index`` is not needed)."""
+        return self.network.initial_inference(observation)["value"].numpy()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def init_from(self, path: str) -> str:
+        """Loads network weights (not the optimiser) from a checkpoint dir or a run's logdir."""
+        ckpt_dir = resolve_checkpoint(path)
+        if ckpt_dir is None:
+            raise FileNotFoundError(f"--init_checkpoint={path!r}: no checkpoint found there "
+                                    f"(expected a ckpt-<step> directory or a logdir with {CHECKPOINTS}/{LATEST})")
+        status = tf.train.Checkpoint(network=self.network).read(os.path.join(ckpt_dir, "model"))
+        status.expect_partial()
+        self.copy_to_serving()
+        return ckpt_dir
+
+
+def rng_state(rng: np.random.Generator) -> dict:
+    return rng.bit_generator.state
+
+
+def set_rng_state(rng: np.random.Generator, state: dict) -> None:
+    rng.bit_generator.state = state
+
+
+class MuZeroLearner(core.Learner):
+    """Trainer + prioritized replay behind the ``core.Learner`` interface."""
+
+    def __init__(self, settings, descriptor, context: core.RunContext,
+                 trainable_parts: Optional[Sequence[str]] = None):
+        self.settings = settings
+        self.config: MuZeroConfig = settings.config
+        self.descriptor = descriptor
+        self.context = context
+        self.rng = np.random.default_rng(settings.seed)
+        self.symmetries = None
+        if self.config.training.augment_symmetries:
+            self.symmetries = envs.board_symmetries(settings.env)
+            if self.symmetries is None:
+                raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
+                                  "board symmetries (only board games such as tictactoe do): turn it off")
+        self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts)
+        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=settings.seed)
+        self.segments = 0
+        self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
+
+    # -- ingestion (gRPC threads) --------------------------------------------------------------
+    def push_segments(self, items: list) -> dict:
+        """Stores a push all or nothing: reports are checked, then the segments go into the
+        replay as one group. While the rate limiter holds inserts back the call waits up to
+        PUSH_WAIT_S, then answers RESOURCE_EXHAUSTED (nothing stored; the actor retries)."""
+        reports, segments = [], []
+        for item in items:
+            if "report" in item:
+                returns = np.asarray(item.get("episode_return", []), np.float32).reshape(-1)
+                lengths = np.asarray(item.get("episode_length", []), np.int64).reshape(-1)
+                if returns.shape != lengths.shape or not np.all(np.isfinite(returns)):
+                    raise ValueError("report: episode_return and episode_length must be finite, same length")
+                reports.append((returns, lengths, bool(item.get("evaluation", False))))
+            else:
+                segments.append(item)
+        try:
+            steps = self.replay.insert_many(segments, timeout=PUSH_WAIT_S)
+        except TimeoutError:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"push_segments: the replay's rate limiter held this push back for "
+                               f"{PUSH_WAIT_S:g} s (training is behind acting); nothing was stored, "
+                               "retry later") from None
+        except ReplayClosedError:
+            raise RequestError(grpc.StatusCode.UNAVAILABLE, "push_segments: the learner is shutting down") from None
+        self.context.add_env_steps(steps)
+        self.segments += len(segments)
+        for returns, lengths, evaluation in reports:
+            self.context.episodes.add(returns, lengths, evaluation)
+        return {"accepted": np.int64(len(segments)), "training_step": np.int64(self.training_step)}
+
+    def learner_info(self) -> dict:
+        return {"training_step": np.int64(self.training_step), "env_steps": np.int64(self.context.env_steps)}
+
+    # -- core.Learner --------------------------------------------------------------------------
+    @property
+    def training_step(self) -> int:
+        return int(self.trainer.step.numpy())
+
+    def step(self) -> Optional[dict]:
+        batch_size = self.config.training.batch_size
+        if not self.replay.wait_until_can_sample(batch_size, timeout=0.05):
+            return None
+        batch = self.replay.sample(batch_size, values_fn=self._values_fn, timeout=1.0)
+        if self.symmetries is not None:
+            batch = augment_board_batch(batch, self.symmetries, self.rng)
+        metrics, priorities = self.trainer.train(batch)
+        self.replay.update_priorities(batch["index"], priorities)
+        return metrics
+
+    def copy_to_serving(self, _model=None) -> None:
+        self.trainer.copy_to_serving()
+
+    def save(self, directory: str) -> None:
+        self.trainer.checkpoint.write(os.path.join(directory, "model"))
+        self.replay.snapshot(os.path.join(directory, "replay"))
+        with open(os.path.join(directory, "learner.json"), "w") as f:
+            json.dump({"rng": rng_state(self.rng), "segments": self.segments}, f)
+
+    def restore(self, directory: str) -> None:
+        self.trainer.checkpoint.read(os.path.join(directory, "model")).assert_existing_objects_matched()
+        self.trainer.copy_to_serving()
+        self.replay.load(os.path.join(directory, "replay"))
+        path = os.path.join(directory, "learner.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                state = json.load(f)
+            set_rng_state(self.rng, state["rng"])
+            self.segments = int(state.get("segments", 0))
+
+    def init_from(self, path: str) -> str:
+        return self.trainer.init_from(path)
+
+    def export(self, directory: str) -> None:
+        from muzero.eval.evaluator import write_run
+        export_saved_model(self.trainer.network, directory)
+        write_run(directory, self.settings.env, dict(self.settings.env_options), self.config.search,
+                  self.config.targets.stack_frames if self.descriptor.is_image else 1)
+
+    def progress(self) -> dict:
+        steps = self.replay.num_steps
+        return {"replay_steps": steps, "replay_fill": steps / self.config.replay.capacity_steps,
+                "replay_samples_per_insert":
+                    self.training_step * self.config.training.batch_size / max(1, self.context.env_steps)}
+
+    def close(self) -> None:
+        self.replay.close()

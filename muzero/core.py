@@ -1,0 +1,229 @@
+"""The few interfaces every algorithm implements, and the run context they share.
+
+An algorithm (MuZero, V-trace, PPO, ...) is one folder under ``muzero/algorithms/``
+whose ``builder.py`` makes the objects below. The generic run loop
+(``muzero/learner/loop.py``) drives them and knows no algorithm:
+
+    builder = algorithms.get(settings.algo)
+    learner = builder.make_learner(settings, descriptor, context)       # networks, optimiser, data
+    service = builder.make_service(settings, descriptor, learner, context)
+    service.bind(server); server.start()                                  # one gRPC port for all
+    launcher = LocalActors(n, builder.actor_target(), args_fn)            # a Launcher
+    while not stopping:
+        metrics = learner.step()                                          # None: no data yet
+        if published: service.update_weights(learner.copy_to_serving, version=learner.training_step)
+        ... progress line, TensorBoard, metrics.jsonl, checkpoints (learner.save), launcher.poll()
+    learner.save(final checkpoint); learner.export(export dir)
+
+Data reaches a learner through its service in one of two ingestion modes:
+
+* **trajectory push** (MuZero): the actor searches and pushes finished segments;
+* **step streaming** (V-trace, PPO, R2D2, SAC): thin actors send observations and
+  rewards and get actions back; ``muzero.algorithms.streaming.StepStreamingService``
+  keeps per-env state and hands fixed-length *unrolls* to the learner's queue or replay.
+
+The unroll format (one env, ``T + 1`` consecutive steps, time-major, numpy):
+
+    observation [T+1, *obs]   what the agent saw at step t (after an episode end: the next
+                              episode's first observation)
+    reward      [T+1] f32     reward received on arriving at step t (0 at an episode's start)
+    terminated  [T+1] bool    arriving at t ended an episode by termination (no bootstrap)
+    truncated   [T+1] bool    arriving at t ended an episode by truncation (bootstrap from
+                              ``bootstrap_value[t]``, the behaviour value of the final state)
+    bootstrap_value [T+1] f32 behaviour value of the final observation where truncated, else 0
+    action      [T+1, *act]   action chosen at step t
+    <outputs>   [T+1, ...]    what the policy returned beside the action (logits, baseline, ...)
+    state/<k>   [...]         the recurrent state before step 0 (empty for feed-forward nets)
+    env_id      [] i64
+
+Consecutive unrolls of one env overlap by ``overlap + 1`` steps (step T of one unroll is
+step 0 of the next, SEED's convention), so a learner reading rewards[1:] and actions[:-1]
+sees every transition exactly once.
+
+This module imports only the standard library and numpy.
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import threading
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+
+class EpisodeLog:
+    """Thread-safe record of finished episodes (training and evaluation separately)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.recent = {False: collections.deque(maxlen=100), True: collections.deque(maxlen=20)}
+        self.since_summary = {False: [], True: []}
+        self.count = {False: 0, True: 0}
+
+    def add(self, returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -> None:
+        with self.lock:
+            self.recent[evaluation].extend(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
+            self.since_summary[evaluation].extend(np.asarray(returns).tolist())
+            self.count[evaluation] += len(returns)
+
+    def mean_return(self, evaluation: bool) -> float:
+        with self.lock:
+            values = [r for r, _ in self.recent[evaluation]]
+        return float(np.mean(values)) if values else float("nan")
+
+    def take_since_summary(self, evaluation: bool) -> list:
+        with self.lock:
+            out, self.since_summary[evaluation] = self.since_summary[evaluation], []
+        return out
+
+
+class RunContext:
+    """What the run loop shares with an algorithm's learner and service.
+
+    ``env_steps`` counts agent steps received from actors (both ingestion modes add to
+    it through ``add_env_steps``); ``episodes`` collects finished episodes; ``stop_event``
+    is set when the run stops (blocking queues give up then); ``training_step`` reads the
+    learner's counter (set by the loop once the learner exists).
+    """
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.episodes = EpisodeLog()
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.env_steps = 0
+        self.training_step: Callable[[], int] = lambda: 0
+
+    def add_env_steps(self, count: int) -> None:
+        with self._lock:
+            self.env_steps += int(count)
+
+
+class Learner(abc.ABC):
+    """Owns the trained networks, the optimiser and the data the algorithm trains on.
+
+    ``step`` is called in a loop by the run loop's thread; it takes one update when data
+    allows and returns its metrics (``{"loss/total": ...}``, floats), or None when it
+    waited briefly (at most ~0.1 s) and had no data.
+    """
+
+    @abc.abstractmethod
+    def step(self) -> Optional[dict]:
+        """One update if the data allows; metrics or None."""
+
+    @property
+    @abc.abstractmethod
+    def training_step(self) -> int:
+        """Updates taken so far (restored by ``restore``)."""
+
+    @abc.abstractmethod
+    def copy_to_serving(self, _model: Any = None) -> None:
+        """Copies the trained weights into the network the service answers with. Called by
+        ``InferenceService.update_weights`` between two inference batches."""
+
+    @abc.abstractmethod
+    def save(self, directory: str) -> None:
+        """Writes everything needed to resume (weights, optimiser, data, counters) into
+        ``directory`` (empty, created by the caller; renamed into place afterwards)."""
+
+    @abc.abstractmethod
+    def restore(self, directory: str) -> None:
+        """Inverse of ``save``."""
+
+    @abc.abstractmethod
+    def export(self, directory: str) -> None:
+        """A SavedModel of the acting policy plus ``muzero_export.json`` (with ``algo``)
+        that ``python -m muzero.eval`` plays without the training code."""
+
+    def init_from(self, path: str) -> str:
+        """Initialises weights (not the optimiser) from another run's checkpoint; returns
+        the checkpoint directory used. Algorithms without fine-tuning support raise."""
+        raise NotImplementedError(f"{type(self).__name__} cannot initialise from a checkpoint")
+
+    def progress(self) -> dict:
+        """Extra numbers for the progress record (replay fill, queue size, ...)."""
+        return {}
+
+    def close(self) -> None:
+        """Wakes anything blocked on this learner's data (called at shutdown)."""
+
+
+class InferenceService(abc.ABC):
+    """An algorithm's RPC methods on the shared ``muzero.rpc.server.BatchingServer``."""
+
+    @abc.abstractmethod
+    def bind(self, server) -> None:
+        """Binds this service's methods on ``server`` (before ``server.start()``)."""
+
+    @abc.abstractmethod
+    def update_weights(self, fn: Callable[[Any], None], version: int) -> None:
+        """Runs ``fn(served_model)`` between inference batches, then sets the weights version."""
+
+    def stats(self, reset: bool = False) -> dict:
+        """Flat numbers for TensorBoard (batch sizes, latencies, cache use)."""
+        return {}
+
+    def close(self) -> None:
+        """Wakes callers blocked in this service (called at shutdown)."""
+
+
+class Launcher(abc.ABC):
+    """Starts, watches and stops the actor processes of a run (local processes, Ray, ...)."""
+
+    @abc.abstractmethod
+    def start(self) -> None: ...
+
+    @abc.abstractmethod
+    def poll(self) -> None:
+        """Restarts actors that died (with back-off)."""
+
+    @abc.abstractmethod
+    def alive(self) -> int: ...
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...
+
+
+class Builder(abc.ABC):
+    """Makes one algorithm's parts. One instance per algorithm, in ``muzero.algorithms``.
+
+    ``config_class`` is the algorithm's frozen config dataclass whose fields are themselves
+    frozen dataclasses ("sections"); ``--set=section.field=value`` addresses them.
+    """
+
+    name: str
+    config_class: type
+    # "trajectory" (the actor pushes segments) or "streaming" (thin step-streaming actors)
+    ingestion: str
+
+    @abc.abstractmethod
+    def default_settings(self, env: str):
+        """``RunSettings`` for ``env`` (raises ValueError for an env without defaults)."""
+
+    def check_env(self, descriptor) -> None:
+        """Raises ``ConfigError`` when the env's spaces do not fit the algorithm."""
+
+    def check_settings(self, settings) -> None:
+        """Cross-field checks that need the whole ``RunSettings`` (raise ConfigError)."""
+
+    @abc.abstractmethod
+    def make_learner(self, settings, descriptor, context: RunContext, *,
+                     trainable_parts=None) -> Learner: ...
+
+    @abc.abstractmethod
+    def make_service(self, settings, descriptor, learner: Learner, context: RunContext,
+                     server_config) -> InferenceService: ...
+
+    @abc.abstractmethod
+    def actor_target(self) -> Callable[..., None]:
+        """The process entry point of one actor (picklable: it crosses a spawn)."""
+
+    @abc.abstractmethod
+    def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
+        """Arguments of ``actor_target`` for actor ``index`` (indices >= settings.num_actors
+        are evaluation actors)."""
+
+    def server_config(self, settings, base):
+        """``base`` (a ServerConfig from the flags) adjusted to this algorithm's needs."""
+        return base

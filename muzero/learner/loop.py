@@ -1,0 +1,298 @@
+"""The run loop every algorithm shares: server, learner, local actors, progress, checkpoints, export.
+
+``Run.run()`` reads top to bottom and knows no algorithm (the algorithm's parts come
+from ``muzero.algorithms.get(settings.algo)``, a ``muzero.core.Builder``):
+
+1. build the learner; resume from the newest checkpoint in the log directory, or
+   initialise weights from ``init_checkpoint``;
+2. bind the algorithm's service on the gRPC server (one port) and start it;
+3. start the local actor processes (spawned; a ``core.Launcher``);
+4. loop: ``learner.step()``; publish the weights to the service every
+   ``publish_every_steps``; every few seconds print a progress line (frames/s, ETA),
+   write TensorBoard summaries and ``metrics.jsonl`` and restart dead actors;
+   checkpoint every ``checkpoint_every_secs``;
+5. on a stop condition, SIGINT or SIGTERM: stop the actors, write a final checkpoint,
+   export a SavedModel, close the server.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import envs
+from muzero import algorithms, core
+from muzero.launch.local import LocalActors
+from muzero.learner import checkpoints
+from muzero.learner.settings import RunSettings
+from muzero.rpc.config import ClientConfig, ServerConfig
+from muzero.rpc.server import BatchingServer
+
+# A second SIGINT/SIGTERM this soon after the first is the same stop request delivered twice
+# (a process group's signal plus the copy `make` or a scheduler forwards), never an abort.
+DUPLICATE_SIGNAL_S = 2.0
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def server_address(host: str, port: int) -> str:
+    """HOST:PORT as clients dial it: loopback names become 127.0.0.1, IPv6 literals get brackets."""
+    if host in ("127.0.0.1", "localhost", "0.0.0.0"):
+        return f"127.0.0.1:{port}"
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Run:
+    """One training run of any algorithm. ``settings`` hold the config; ``logdir`` receives everything."""
+
+    def __init__(self, settings: RunSettings, logdir: str, *, server_config: Optional[ServerConfig] = None,
+                 client_config: Optional[ClientConfig] = None, init_checkpoint: Optional[str] = None,
+                 trainable_parts: Optional[Sequence[str]] = None, export: bool = True,
+                 log: Callable[[str], None] = print):
+        self.settings = settings
+        self.builder = algorithms.get(settings.algo)
+        self.logdir = logdir
+        self.log = log
+        self.export = export
+        self.init_checkpoint = init_checkpoint
+        self.trainable_parts = trainable_parts
+        self.client_config = client_config or ClientConfig()
+        self.descriptor = envs.describe(settings.env, **settings.env_options)
+        self.builder.check_env(self.descriptor)
+        self.builder.check_settings(settings)
+        self.server_config = self.builder.server_config(settings, server_config or ServerConfig())
+        self.context = core.RunContext(seed=settings.seed)
+        self.stop_event = self.context.stop_event
+        self.learner: Optional[core.Learner] = None
+        self.service: Optional[core.InferenceService] = None
+        self.server: Optional[BatchingServer] = None
+        self.actors: Optional[LocalActors] = None
+        self.address: Optional[str] = None
+        self.resumed_from: Optional[str] = None
+        self._first_signal = None
+
+    @property
+    def training_step(self) -> int:
+        return self.learner.training_step if self.learner is not None else 0
+
+    @property
+    def env_steps(self) -> int:
+        return self.context.env_steps
+
+    # -- setup ----------------------------------------------------------------------------------------
+
+    def _write_config(self) -> None:
+        os.makedirs(self.logdir, exist_ok=True)
+        checkpoints.atomic_write_text(os.path.join(self.logdir, "config.json"), self.settings.to_json() + "\n")
+
+    def _build(self) -> None:
+        s = self.settings
+        self._write_config()
+        self.learner = self.builder.make_learner(s, self.descriptor, self.context,
+                                                 trainable_parts=self.trainable_parts)
+        self.context.training_step = lambda: self.learner.training_step
+        ckpt = checkpoints.resolve_checkpoint(self.logdir)
+        if ckpt is not None:
+            self.learner.restore(ckpt)
+            state = checkpoints.read_state(ckpt)
+            self.context.env_steps = int(state.get("env_steps", 0))
+            self.resumed_from = ckpt
+            extra = ", ".join(f"{k} {v:.0f}" for k, v in self.learner.progress().items() if k.endswith("_steps"))
+            self.log(f"resumed from {ckpt}: training step {self.training_step}"
+                     + (f", {extra}" if extra else ""))
+        elif self.init_checkpoint:
+            src = self.learner.init_from(self.init_checkpoint)
+            self.log(f"initialised network weights from {src}")
+        self.server = BatchingServer(self.server_config)
+        self.service = self.builder.make_service(s, self.descriptor, self.learner, self.context,
+                                                 self.server_config)
+        self.service.bind(self.server)
+        self.server.start()
+        self.address = server_address(self.server_config.host, self.server.port)
+        with open(os.path.join(self.logdir, "server_address.txt"), "w") as f:
+            f.write(self.address + "\n")
+        self.writer = tf.summary.create_file_writer(os.path.join(self.logdir, "tensorboard"))
+
+    def actor_args(self, index: int) -> tuple:
+        return self.builder.actor_args(self.settings, index, self.address, self.client_config,
+                                       self.training_step)
+
+    def _start_actors(self) -> None:
+        s = self.settings
+        count = s.num_actors + s.num_eval_actors
+        if count:
+            self.actors = LocalActors(count, self.builder.actor_target(), self.actor_args, log=self.log)
+            self.actors.start()
+
+    # -- main loop ------------------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, frame):
+            name = signal.Signals(signum).name
+            now = time.monotonic()
+            if self._first_signal is None:
+                self._first_signal = now
+                self.log(f"received {name}: stopping after a final checkpoint and export "
+                         "(press Ctrl-C again after 2 s to abort without them)")
+                self.stop_event.set()
+            elif signum == signal.SIGINT and now - self._first_signal > DUPLICATE_SIGNAL_S:
+                raise KeyboardInterrupt
+            else:
+                self.log(f"received {name} again: already stopping")
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def _limits_reached(self, elapsed: float) -> Optional[str]:
+        s = self.settings
+        if s.max_train_steps and self.training_step >= s.max_train_steps:
+            return f"max_train_steps={s.max_train_steps} reached"
+        if s.max_env_steps and self.env_steps >= s.max_env_steps:
+            return f"max_env_steps={s.max_env_steps} reached"
+        if s.max_seconds and elapsed >= s.max_seconds:
+            return f"max_seconds={s.max_seconds:g} reached"
+        return None
+
+    def _eta(self, elapsed: float, env_rate: float, step_rate: float) -> str:
+        s = self.settings
+        candidates = []
+        if s.max_env_steps and env_rate > 0:
+            candidates.append((s.max_env_steps - self.env_steps) / env_rate)
+        if s.max_train_steps and step_rate > 0:
+            candidates.append((s.max_train_steps - self.training_step) / step_rate)
+        if s.max_seconds:
+            candidates.append(s.max_seconds - elapsed)
+        return format_duration(min(candidates)) if candidates else "-"
+
+    def run(self) -> dict:
+        """Trains until a stop condition; returns the final progress record."""
+        s = self.settings
+        self._install_signal_handlers()
+        try:
+            self._build()
+            self.log(f"serving {s.algo} on {self.address}; env {s.env} {self.descriptor.observation_shape} "
+                     f"x{self.descriptor.num_actions} actions; logdir {self.logdir}")
+            self._start_actors()
+            return self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> dict:
+        s = self.settings
+        start = last_progress = last_ckpt = time.monotonic()
+        last_env, last_step = self.env_steps, self.training_step
+        metrics: dict = {}
+        record: dict = {}
+        reason = None
+        while not self.stop_event.is_set():
+            new = self.learner.step()
+            if new is not None:
+                metrics = new
+                step = self.training_step
+                if step % s.publish_every_steps == 0:
+                    self.service.update_weights(self.learner.copy_to_serving, version=step)
+                if step % s.summary_every_steps == 0:
+                    with self.writer.as_default(step=step):
+                        for name, value in metrics.items():
+                            tf.summary.scalar(name, value)
+            now = time.monotonic()
+            if now - last_progress >= s.progress_every_s:
+                dt = now - last_progress
+                env_rate = (self.env_steps - last_env) / dt
+                step_rate = (self.training_step - last_step) / dt
+                record = self._progress(now - start, env_rate, step_rate, metrics)
+                last_progress, last_env, last_step = now, self.env_steps, self.training_step
+                if self.actors is not None:
+                    self.actors.poll()
+            if now - last_ckpt >= s.checkpoint_every_secs:
+                self.checkpoint()
+                last_ckpt = now
+            reason = self._limits_reached(now - start)
+            if reason:
+                self.log(f"stopping: {reason}")
+                break
+        record["stop_reason"] = reason or "signal"
+        return record
+
+    def _progress(self, elapsed: float, env_rate: float, step_rate: float, metrics: dict) -> dict:
+        episodes = self.context.episodes
+        train_ret, eval_ret = episodes.mean_return(False), episodes.mean_return(True)
+        stats = self.service.stats(reset=True)
+        extra = self.learner.progress()
+        record = {"time": elapsed, "training_step": self.training_step, "env_steps": self.env_steps,
+                  "env_steps_per_s": env_rate, "train_steps_per_s": step_rate,
+                  "return_train": train_ret, "return_eval": eval_ret,
+                  "episodes_train": episodes.count[False], "episodes_eval": episodes.count[True],
+                  **extra, **metrics}
+        with self.writer.as_default(step=self.training_step):
+            tf.summary.scalar("throughput/env_steps_per_s", env_rate)
+            tf.summary.scalar("throughput/train_steps_per_s", step_rate)
+            for key, value in extra.items():
+                tf.summary.scalar(f"learner/{key}", value)
+            for evaluation, tag in ((False, "train"), (True, "eval")):
+                returns = episodes.take_since_summary(evaluation)
+                if returns:
+                    tf.summary.scalar(f"episode/return_{tag}", float(np.mean(returns)))
+            for key, value in stats.items():
+                if isinstance(value, (int, float)) and ("batch" in key or "latency" in key):
+                    tf.summary.scalar(f"inference/{key}", value)
+        self.writer.flush()
+        with open(os.path.join(self.logdir, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                                for k, v in record.items()}) + "\n")
+        alive = self.actors.alive() if self.actors is not None else 0
+        data = " | ".join(f"{k.replace('_steps', '')} {v:.0f}" for k, v in extra.items() if k.endswith("_steps")
+                          or k.endswith("_unrolls"))
+        self.log(f"[{format_duration(elapsed)}] step {self.training_step} ({step_rate:.1f}/s) | "
+                 f"env steps {self.env_steps} ({env_rate:.0f}/s) | return train {train_ret:.1f} "
+                 f"eval {eval_ret:.1f} | " + (f"{data} | " if data else "") +
+                 f"loss {metrics.get('loss/total', float('nan')):.3f} | actors {alive} | "
+                 f"ETA {self._eta(elapsed, env_rate, step_rate)}")
+        return record
+
+    def checkpoint(self) -> str:
+        state = {"algo": self.settings.algo, "env": self.settings.env, "env_steps": self.env_steps}
+        path = checkpoints.save_checkpoint(self.logdir, self.training_step, self.learner.save, state)
+        self.log(f"checkpoint written: {path}")
+        return path
+
+    def _shutdown(self) -> None:
+        """Stops actors, writes the final checkpoint and export, then always closes the learner's
+        data (waking blocked pushes), the service and the server, whatever failed before."""
+        self.stop_event.set()
+        try:
+            if self.actors is not None:
+                self.actors.stop()
+            if self.learner is not None and self.server is not None:
+                try:
+                    self.checkpoint()
+                except Exception as e:  # keep shutting down: a full disk must not hang the exit
+                    self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
+                if self.export:
+                    try:
+                        path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
+                        self.learner.export(path)
+                        self.log(f"SavedModel exported to {path}")
+                    except Exception as e:
+                        self.log(f"export failed: {type(e).__name__}: {e}")
+        finally:
+            if self.learner is not None:
+                self.learner.close()
+            if self.service is not None:
+                self.service.close()
+            if self.server is not None:
+                self.server.stop(grace=1.0)

@@ -1,0 +1,118 @@
+"""Process-level settings of a run, for every algorithm: ``RunSettings``.
+
+``RunSettings`` holds what the run loop needs (env, actors, stop conditions, cadences)
+plus ``config``, the algorithm's own frozen config dataclass (``MuZeroConfig``,
+``VTraceConfig``, ...), chosen by ``algo``. Per-(algo, env) defaults come from
+``muzero.algorithms.get(algo).default_settings(env)``; the learner prints the resulting
+settings and saves them as ``config.json`` in the log directory.
+
+Imports no TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from muzero.config import ConfigError, from_dict, to_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How many actors, where and how long to run, plus the algorithm's config."""
+
+    env: str
+    config: Any
+    algo: str = "muzero"
+    env_options: dict = dataclasses.field(default_factory=dict)
+    num_actors: int = 2
+    envs_per_actor: int = 16
+    num_eval_actors: int = 1
+    eval_envs_per_actor: int = 8
+    seed: int = 0
+    # Stop conditions (0 = no limit); the run stops at the first one reached.
+    max_env_steps: int = 0
+    max_train_steps: int = 0
+    max_seconds: float = 0.0
+    # Copy trained weights to the served model every this many training steps.
+    publish_every_steps: int = 1
+    summary_every_steps: int = 50
+    progress_every_s: float = 5.0
+    checkpoint_every_secs: float = 600.0
+
+    def __post_init__(self):
+        checks = {"num_actors": (self.num_actors, 0), "envs_per_actor": (self.envs_per_actor, 1),
+                  "num_eval_actors": (self.num_eval_actors, 0),
+                  "eval_envs_per_actor": (self.eval_envs_per_actor, 1),
+                  "max_env_steps": (self.max_env_steps, 0), "max_train_steps": (self.max_train_steps, 0),
+                  "publish_every_steps": (self.publish_every_steps, 1),
+                  "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0)}
+        for name, (value, lo) in checks.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
+        for name in ("max_seconds", "progress_every_s", "checkpoint_every_secs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be a number >= 0")
+        if self.checkpoint_every_secs <= 0:
+            raise ConfigError(f"RunSettings.checkpoint_every_secs={self.checkpoint_every_secs!r} is invalid: "
+                              "must be > 0")
+        if not isinstance(self.env_options, dict):
+            raise ConfigError(f"RunSettings.env_options={self.env_options!r} is invalid: must be a JSON object")
+
+    @property
+    def total_envs(self) -> int:
+        return self.num_actors * self.envs_per_actor + self.num_eval_actors * self.eval_envs_per_actor
+
+    def to_dict(self) -> dict:
+        data = to_dict(self)
+        data["config"] = to_dict(self.config)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSettings":
+        """Inverse of to_dict (a run's config.json); unknown fields raise ConfigError."""
+        from muzero import algorithms
+        if not isinstance(data, dict):
+            raise ConfigError(f"RunSettings: expected a JSON object, got {type(data).__name__}")
+        missing = [k for k in ("env", "config") if k not in data]
+        if missing:
+            raise ConfigError(f"RunSettings: missing field(s) {missing} (a config.json written by a run has them)")
+        algo = data.get("algo", "muzero")
+        try:
+            builder = algorithms.get(algo)
+        except algorithms.UnknownAlgorithmError as e:
+            raise ConfigError(str(e)) from None
+        data = dict(data, algo=algo, config=from_dict(builder.config_class, data["config"]))
+        return from_dict(cls, data)
+
+
+def replace_section(settings: RunSettings, section: str, **changes) -> RunSettings:
+    """A copy of ``settings`` with fields of one config section replaced (validated again)."""
+    config = settings.config
+    new_section = dataclasses.replace(getattr(config, section), **changes)
+    return dataclasses.replace(settings, config=dataclasses.replace(config, **{section: new_section}))
+
+
+def replace_sections(settings: RunSettings, changes: dict) -> RunSettings:
+    """Replaces fields of several sections at once ({section: {field: value}}), validating the
+    whole config only after every section is in place (so settings that must agree across
+    sections, such as the two discounts, can be changed together)."""
+    config = settings.config
+    new = {}
+    for section, fields in changes.items():
+        if fields:
+            # Section-level validation runs here; the cross-section check runs on the config below.
+            new[section] = dataclasses.replace(getattr(config, section), **fields)
+    if not new:
+        return settings
+    return dataclasses.replace(settings, config=dataclasses.replace(config, **new))
+
+
+def sections(config) -> dict:
+    """{section name: section dataclass type} of an algorithm's config."""
+    return {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)
+            if dataclasses.is_dataclass(getattr(config, f.name))}
