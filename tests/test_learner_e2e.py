@@ -72,6 +72,9 @@ def _actor_children(pid):
     (["--logdir=/proc/forbidden"], "is not writable"),
     (["--set=search.bogus=1"], "search has no field 'bogus'"),
     (["--set=training.augment_symmetries=true"], "env 'cartpole' registers no board symmetries"),
+    (["--algo=nope"], "--algo='nope' is not a known algorithm; known: muzero, ppo, vtrace"),
+    (["--trainable_parts=foo"], "--trainable_parts=foo is invalid"),
+    (["--set=bogus.x=1"], "section in search, targets, replay, network, training"),
 ])
 def test_bad_flags_exit_nonzero_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),

@@ -286,6 +286,9 @@ class Run:
                     try:
                         path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
                         self.learner.export(path)
+                        if not os.path.isfile(os.path.join(path, "run.json")):   # the env eval plays
+                            from muzero.algorithms.policy_export import write_run_json
+                            write_run_json(path, self.settings.env, self.settings.env_options)
                         self.log(f"SavedModel exported to {path}")
                     except Exception as e:
                         self.log(f"export failed: {type(e).__name__}: {e}")

@@ -1,0 +1,81 @@
+"""Run settings across algorithms: sections applied together, algo in config.json, addresses."""
+import dataclasses
+
+import pytest
+
+from muzero import algorithms
+from muzero.algorithms.unroll_queue import UnrollQueue
+from muzero.config import ConfigError
+from muzero.learner.settings import RunSettings, replace_sections, sections
+
+
+def _muzero_cartpole():
+    return algorithms.get("muzero").default_settings("cartpole")
+
+
+def test_both_discounts_can_be_changed_in_one_go():
+    # Section by section, the first replacement would fail MuZeroConfig's equality check.
+    settings = replace_sections(_muzero_cartpole(), {"search": {"discount": 0.95}, "targets": {"discount": 0.95}})
+    assert settings.config.search.discount == 0.95 and settings.config.targets.discount == 0.95
+    with pytest.raises(ConfigError, match="must equal search.discount"):
+        replace_sections(_muzero_cartpole(), {"search": {"discount": 0.95}})
+
+
+def test_config_json_round_trip_keeps_the_algorithm():
+    settings = _muzero_cartpole()
+    data = settings.to_dict()
+    assert data["algo"] == "muzero" and data["config"]["search"]["num_simulations"] == 25
+    assert RunSettings.from_dict(data) == settings
+    data.pop("algo")                      # config.json files written before algo existed
+    assert RunSettings.from_dict(data).algo == "muzero"
+    with pytest.raises(ConfigError, match="'nope' is not a known algorithm; known: muzero, ppo, vtrace"):
+        RunSettings.from_dict(dict(data, algo="nope"))
+    with pytest.raises(ConfigError, match="missing field"):
+        RunSettings.from_dict({"env": "cartpole"})
+
+
+def test_sections_of_the_muzero_config():
+    assert list(sections(_muzero_cartpole().config)) == ["search", "targets", "replay", "network", "training"]
+
+
+def test_run_level_checks_name_the_field():
+    with pytest.raises(ConfigError, match="RunSettings.checkpoint_every_secs=0"):
+        dataclasses.replace(_muzero_cartpole(), checkpoint_every_secs=0)
+    with pytest.raises(ConfigError, match="RunSettings.seed=-1"):
+        dataclasses.replace(_muzero_cartpole(), seed=-1)
+
+
+def test_search_nodes_are_simulations_plus_root():
+    settings = replace_sections(_muzero_cartpole(), {"search": {"num_simulations": 7}})
+    assert settings.config.search.num_nodes == 8
+
+
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(algorithms.UnknownAlgorithmError, match="known: muzero, ppo, vtrace"):
+        algorithms.get("nope")
+
+
+def test_server_address_brackets_ipv6_and_maps_loopback():
+    from muzero.learner.loop import server_address
+    assert server_address("::1", 5) == "[::1]:5"
+    assert server_address("[::1]", 5) == "[::1]:5"
+    assert server_address("localhost", 5) == "127.0.0.1:5"
+    assert server_address("10.1.2.3", 5) == "10.1.2.3:5"
+
+
+def test_unroll_queue_back_pressure_and_close():
+    import threading
+    q = UnrollQueue(2)
+    assert q.put({"i": 0}) and q.put({"i": 1})
+    assert not q.put({"i": 2}, timeout=0.05)          # full: the producer waits, then gives up
+    assert q.get_batch(3, timeout=0.05) is None       # not enough yet
+    assert [u["i"] for u in q.get_batch(2, timeout=0.05)] == [0, 1]
+    q.put({"i": 3}); q.put({"i": 4})
+    blocked = []
+    t = threading.Thread(target=lambda: blocked.append(q.put({"i": 5})))
+    t.start()
+    t.join(0.1)
+    assert t.is_alive()                                # blocked on the full queue
+    q.close()
+    t.join(2)
+    assert blocked == [False] and q.dropped == 1       # close wakes it; the unroll is dropped
