@@ -1,10 +1,12 @@
-"""Learning benchmarks: full training runs of ``python -m muzero.learner``.
+"""Learning benchmarks: full training runs of ``python -m muzero.learner``, any algorithm and env.
 
-    python bench/learn.py --env=cartpole --seeds=3 [--minutes=10]
-        One run per seed with a greedy evaluation actor (temperature 0, no noise); the
-        evaluation return is the mean of the last 20 evaluation episodes. Prints
-        minutes_to_195=<median>, minutes_to_solve=<median> (mean evaluation return >= 475)
-        and solved_seeds=<k>/<n>. A seed that never gets there counts as inf.
+    python bench/learn.py [--algo=muzero|vtrace|ppo] --env=cartpole --seeds=3 [--minutes=10] [--target=475]
+        One run per seed with a greedy evaluation actor; the evaluation return is the mean
+        of the last 20 evaluation episodes. Per seed and then overall (medians) it prints
+        minutes_to_target=, env_steps_to_target= and solved_seeds=<k>/<n> as the last
+        lines (a seed that never gets there counts as inf). For CartPole also
+        minutes_to_195= and minutes_to_solve= (475), as before. --target defaults per env:
+        cartpole and gym:CartPole-v1 475; other envs need --target.
 
     python bench/learn.py --env=tictactoe [--minutes=15]
         Trains, then plays 100 games against the perfect minimax player (50 as each side)
@@ -26,9 +28,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def train(env: str, logdir: str, seed: int, minutes: float, extra: list) -> None:
-    cmd = [sys.executable, "-m", "muzero.learner", f"--env={env}", f"--logdir={logdir}", f"--seed={seed}",
-           f"--max_seconds={minutes * 60:g}", *extra]
+TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0}
+
+
+def train(env: str, logdir: str, seed: int, minutes: float, extra: list, algo: str = "muzero") -> None:
+    cmd = [sys.executable, "-m", "muzero.learner", f"--algo={algo}", f"--env={env}", f"--logdir={logdir}",
+           f"--seed={seed}", f"--max_seconds={minutes * 60:g}", *extra]
     print("$", " ".join(cmd), flush=True)
     env_vars = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     env_vars.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
@@ -46,27 +51,43 @@ def records(logdir: str) -> list:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def minutes_to(recs: list, threshold: float) -> float:
+def reached(recs: list, threshold: float) -> tuple:
+    """(minutes, env steps) of the first record whose evaluation mean (>= 20 episodes) is >=
+    threshold; (inf, inf) if none."""
     for r in recs:
         if r.get("return_eval") is not None and r.get("episodes_eval", 0) >= 20 and r["return_eval"] >= threshold:
-            return r["time"] / 60.0
-    return float("inf")
+            return r["time"] / 60.0, float(r["env_steps"])
+    return float("inf"), float("inf")
 
 
-def cartpole(args) -> None:
-    to_195, to_solve = [], []
+def minutes_to(recs: list, threshold: float) -> float:
+    return reached(recs, threshold)[0]
+
+
+def learn(args) -> None:
+    name = args.env.replace(":", "_").replace("/", "_")
+    minutes, steps, to_195 = [], [], []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        logdir = os.path.join(args.root, f"cartpole-seed{seed}")
+        logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
-        train("cartpole", logdir, seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra])
+        train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra],
+              algo=args.algo)
         recs = records(logdir)
-        to_195.append(minutes_to(recs, 195.0))
-        to_solve.append(minutes_to(recs, 475.0))
-        print(f"seed={seed} minutes_to_195={to_195[-1]:.2f} minutes_to_solve={to_solve[-1]:.2f} "
-              f"final_eval_return={recs[-1].get('return_eval')}", flush=True)
-    solved = sum(m <= args.minutes for m in to_solve)
-    print(f"minutes_to_195={statistics.median(to_195):.2f}")
-    print(f"minutes_to_solve={statistics.median(to_solve):.2f}")
+        m, n = reached(recs, args.target)
+        minutes.append(m)
+        steps.append(n)
+        line = f"seed={seed} minutes_to_target={m:.2f} env_steps_to_target={n:.0f}"
+        if args.cartpole:
+            to_195.append(minutes_to(recs, 195.0))
+            line += f" minutes_to_195={to_195[-1]:.2f} minutes_to_solve={m:.2f}"
+        print(f"{line} final_eval_return={recs[-1].get('return_eval')}", flush=True)
+    solved = sum(m <= args.minutes for m in minutes)
+    if args.cartpole:
+        print(f"minutes_to_195={statistics.median(to_195):.2f}")
+        print(f"minutes_to_solve={statistics.median(minutes):.2f}")
+    print(f"target={args.target:g}")
+    print(f"minutes_to_target={statistics.median(minutes):.2f}")
+    print(f"env_steps_to_target={statistics.median(steps):.0f}")
     print(f"solved_seeds={solved}/{args.seeds}")
 
 
@@ -95,19 +116,32 @@ def tictactoe(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", choices=["cartpole", "tictactoe"], default="cartpole")
-    parser.add_argument("--seeds", type=int, default=3, help="cartpole: training runs (default 3)")
-    parser.add_argument("--first_seed", type=int, default=0, help="cartpole: seeds first_seed, first_seed + 1, ...")
+    parser.add_argument("--algo", default="muzero", help="muzero, vtrace or ppo (default muzero)")
+    parser.add_argument("--env", default="cartpole", help="any env the learner accepts (default cartpole); "
+                        "tictactoe is judged against the perfect player instead")
+    parser.add_argument("--target", type=float, default=None,
+                        help=f"evaluation return to reach (defaults: {TARGETS}; required for other envs)")
+    parser.add_argument("--seeds", type=int, default=3, help="training runs (default 3)")
+    parser.add_argument("--first_seed", type=int, default=0, help="seeds first_seed, first_seed + 1, ...")
     parser.add_argument("--minutes", type=float, default=None,
-                        help="wall-clock budget per run (default 10 for cartpole, 15 for tictactoe)")
+                        help="wall-clock budget per run (default 10; 15 for tictactoe)")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
     parser.add_argument("extra", nargs="*", help="extra learner flags, after --, e.g. -- --simulations=50")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    args.minutes = args.minutes or (10.0 if args.env == "cartpole" else 15.0)
+    args.minutes = args.minutes or (15.0 if args.env == "tictactoe" else 10.0)
     sys.path.insert(0, ROOT)
-    (cartpole if args.env == "cartpole" else tictactoe)(args)
+    if args.env == "tictactoe":
+        if args.algo != "muzero":
+            parser.error("tictactoe is a two-player game: only --algo=muzero plays it")
+        tictactoe(args)
+        return
+    args.target = args.target if args.target is not None else TARGETS.get(args.env)
+    if args.target is None:
+        parser.error(f"--target is required for --env={args.env} (defaults exist for {', '.join(TARGETS)})")
+    args.cartpole = args.env in TARGETS and TARGETS[args.env] == 475.0
+    learn(args)
 
 
 if __name__ == "__main__":
