@@ -46,6 +46,16 @@ def replay(descriptor=VECTOR, capacity=100, alpha=1.0, beta=1.0, stack=1, seed=0
     ("terminated", np.array([True]), "terminated"),
     ("start", np.int64(-1), "start"),
     ("bogus", np.zeros(3), "bogus"),
+    # Values, not only shapes: each of these once got in and killed the first training step.
+    ("observations", np.array([[0, 0, 0, 0], [0, np.nan, 0, 0], [0, 0, 0, 0]], np.float32),
+     "'observations' holds a non-finite value"),
+    ("observations", np.full((3, 4), np.inf, np.float32), "'observations' holds a non-finite value"),
+    ("root_values", np.array([0, np.inf, 0], np.float32), "'root_values' holds non-finite"),
+    ("rewards", np.array([0, 3e38, 0], np.float32), "'rewards' holds 3e\\+38, beyond"),
+    ("root_values", np.array([-3e38, 0, 0], np.float32), "'root_values' holds 3e\\+38, beyond"),
+    ("priorities", np.array([1, np.inf, 1], np.float32), "'priorities' holds non-finite"),
+    ("priorities", np.array([1, 3e38, 1], np.float32), "'priorities' holds 3e\\+38"),
+    ("policies", np.array([[np.nan, 0.5]] * 3, np.float32), "'policies' holds non-finite"),
 ])
 def test_malformed_segments_are_rejected_naming_the_field(field, value, match):
     rep = replay()

@@ -76,10 +76,32 @@ def _array(segment: dict, name: str, shape: tuple, kinds: str) -> np.ndarray:
     return value
 
 
+# Largest magnitude accepted for pushed rewards, values and priorities, and for float
+# observations: far beyond any return this package trains on, far below float32 overflow
+# (squared errors and value transforms of 3e38 overflow to inf and poison a training step).
+MAX_ABS_SCALAR = 1e6
+MAX_ABS_OBSERVATION = 1e9
+
+
+def _check_finite(name: str, values: np.ndarray, limit: float) -> None:
+    """Raises ValueError unless every value is finite and |value| <= limit."""
+    if values.size == 0:
+        return
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise ValueError(f"segment field {name!r} holds a non-finite value ({values[bad].flat[0]}); "
+                         "every value must be finite")
+    peak = float(np.max(np.abs(values)))
+    if peak > limit:
+        raise ValueError(f"segment field {name!r} holds {peak:g}, beyond the accepted magnitude {limit:g}")
+
+
 def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) -> dict:
     """Checks a pushed segment and returns its fields, converted to storage dtypes.
 
-    Raises ValueError naming the first bad field.
+    Raises ValueError naming the first bad field. Values are checked too, not only shapes:
+    every float field must be finite and within ``MAX_ABS_SCALAR`` (float observations
+    within ``MAX_ABS_OBSERVATION``), so one poisoned push cannot break a training step.
     """
     if not isinstance(segment, dict):
         raise ValueError(f"a segment must be a dict of numpy arrays, got {type(segment).__name__}")
@@ -110,6 +132,8 @@ def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) ->
     if obs.shape != obs_shape or obs.dtype != np.dtype(descriptor.observation_dtype):
         raise ValueError(f"segment field 'observations' is {obs.shape} {obs.dtype}, expected "
                          f"{obs_shape} {descriptor.observation_dtype}")
+    if obs.dtype.kind == "f":
+        _check_finite("observations", obs, MAX_ABS_OBSERVATION)
     actions = _array(segment, "actions", (t,), "iu")
     if actions.min() < 0 or actions.max() >= num_actions:
         raise ValueError(f"segment field 'actions' must lie in [0, {num_actions}), got "
@@ -117,6 +141,9 @@ def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) ->
     rewards = _array(segment, "rewards", (t,), "f")
     root_values = _array(segment, "root_values", (t,), "f")
     policies = _array(segment, "policies", (t, num_actions), "f")
+    _check_finite("rewards", rewards, MAX_ABS_SCALAR)
+    _check_finite("root_values", root_values, MAX_ABS_SCALAR)
+    _check_finite("policies", policies, 1.0 + 1e-3)
     if policies.min() < 0 or np.max(np.abs(policies.sum(axis=1) - 1.0)) > 1e-3:
         raise ValueError("segment field 'policies' rows must be non-negative and sum to 1 (tolerance 1e-3)")
     to_play = _array(segment, "to_play", (t,), "iu")
@@ -136,6 +163,7 @@ def validate_segment(segment: dict, descriptor: EnvDescriptor, capacity: int) ->
         out["legal_masks"] = masks
     if segment.get("priorities") is not None:
         prio = _array(segment, "priorities", (t,), "f")
+        _check_finite("priorities", prio, MAX_ABS_SCALAR)
         if prio.min() < 0:
             raise ValueError(f"segment field 'priorities' must be >= 0, got min {prio.min()}")
         out["priorities"] = prio.astype(np.float32)
