@@ -75,6 +75,9 @@ def _actor_children(pid):
     (["--algo=nope"], "--algo='nope' is not a known algorithm; known: muzero, ppo, vtrace"),
     (["--trainable_parts=foo"], "--trainable_parts=foo is invalid"),
     (["--set=bogus.x=1"], "section in search, targets, replay, network, training"),
+    (['--set=network.value_support={"lo": 1}'], "network.value_support takes keys low, high, num_bins"),
+    (["--env=gym:nosuchmodule:Foo-v0"], "--env='gym:nosuchmodule:Foo-v0'"),
+    (["--config=/nonexistent.json"], "--config='/nonexistent.json' cannot be read"),
 ])
 def test_bad_flags_exit_nonzero_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),
@@ -83,6 +86,17 @@ def test_bad_flags_exit_nonzero_with_one_line(args, needle):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("error: ") and needle in lines[-1], proc.stderr[-2000:]
     assert sum(line.startswith("error: ") for line in lines) == 1
+
+
+def test_bad_config_files_exit_with_one_line(tmp_path):
+    bad_json, partial = tmp_path / "bad.json", tmp_path / "partial.json"
+    bad_json.write_text("{not json")
+    partial.write_text('{"env": "cartpole"}')
+    for path, needle in ((bad_json, "is not valid JSON"), (partial, "missing field(s) ['config']")):
+        proc = subprocess.run([sys.executable, "-m", "muzero.learner", f"--config={path}"], cwd=ROOT, env=_env(),
+                              capture_output=True, text=True, timeout=120)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
 
 
 def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_path):
@@ -123,7 +137,8 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     replay_before = records[-1]["replay_steps"]
 
     # The same command again resumes: the step continues and the replay comes back.
-    proc = _learner([*common, "--max_seconds=15"])
+    # --max_seconds bounds the whole run across resumes: 75 leaves ~15 s for this session.
+    proc = _learner([*common, "--max_seconds=75"])
     out, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, out[-3000:]
     assert f"resumed from {os.path.join(logdir, 'checkpoints', latest)}" in out
@@ -131,6 +146,7 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert new and new[0]["training_step"] >= final_step
     assert new[0]["replay_steps"] >= replay_before
     assert new[-1]["training_step"] > final_step
+    assert 60 <= new[0]["time"] < 75 <= new[-1]["time"] + 6   # the clock continued from the first session
 
 
 def test_atari_tiny_network_runs_on_cpu(tmp_path):

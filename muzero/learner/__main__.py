@@ -93,6 +93,10 @@ def _parse_set(item: str, config) -> tuple:
         raise UsageError(f"--set: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
     value = _parse_value(value)
     if field.endswith("_support") and isinstance(value, dict):
+        known = [f.name for f in dataclasses.fields(SupportConfig)]
+        if set(value) - set(known):
+            raise UsageError(f"--set={item!r}: {section}.{field} takes keys {', '.join(known)}; got "
+                             f"{', '.join(sorted(value))}")
         value = SupportConfig(**value)
     if isinstance(value, list):
         value = tuple(value)
@@ -104,8 +108,14 @@ def build_settings():
     from muzero.learner.settings import RunSettings, replace_sections
 
     if FLAGS.config:
-        with open(FLAGS.config) as f:
-            settings = RunSettings.from_dict(json.load(f))
+        try:
+            with open(FLAGS.config) as f:
+                data = json.load(f)
+        except OSError as e:
+            raise UsageError(f"--config={FLAGS.config!r} cannot be read: {e.strerror or e}") from None
+        except ValueError as e:
+            raise UsageError(f"--config={FLAGS.config!r} is not valid JSON ({e})") from None
+        settings = RunSettings.from_dict(data)
         if FLAGS["algo"].present and FLAGS.algo != settings.algo:
             raise UsageError(f"--algo={FLAGS.algo} differs from the --config file's algo {settings.algo!r}")
         if FLAGS["env"].present and FLAGS.env != settings.env:
@@ -168,7 +178,7 @@ def main(argv):
     import envs
     try:
         envs.describe(settings.env, **settings.env_options)
-    except ValueError as e:  # unknown env (e.g. from --config) or bad --env_options
+    except Exception as e:  # unknown env or module (e.g. gym:nosuchmodule:Foo-v0), bad --env_options
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
     if FLAGS.trainable_parts is not None:
         from muzero.network.networks import PARTS

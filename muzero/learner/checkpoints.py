@@ -44,6 +44,37 @@ def resolve_checkpoint(path: str) -> Optional[str]:
     return None
 
 
+def checkpoints_newest_first(logdir: str) -> list:
+    """Every complete ckpt-<step> directory of a logdir, newest first ('latest' first if valid)."""
+    root = os.path.join(logdir, CHECKPOINTS)
+    if not os.path.isdir(root):
+        return []
+    complete = sorted((d for d in os.listdir(root) if d.startswith("ckpt-") and d[5:].isdigit()
+                       and os.path.isfile(os.path.join(root, d, STATE))), key=lambda d: -int(d[5:]))
+    paths = [os.path.join(root, d) for d in complete]
+    latest = resolve_checkpoint(logdir)
+    if latest in paths:
+        paths.remove(latest)
+        paths.insert(0, latest)
+    return paths
+
+
+def remove_temporary(logdir: str) -> list:
+    """Removes ``.tmp-*`` directories left by interrupted checkpoint writes; returns their names.
+    Call only while no other process writes checkpoints into this logdir."""
+    root = os.path.join(logdir, CHECKPOINTS)
+    if not os.path.isdir(root):
+        return []
+    leftovers = [d for d in os.listdir(root) if d.startswith(".tmp-")]
+    for d in leftovers:
+        path = os.path.join(root, d)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
+    return leftovers
+
+
 def atomic_write_text(path: str, text: str) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
@@ -85,5 +116,9 @@ def save_checkpoint(logdir: str, step: int, write: Callable[[str], None], state:
 
 
 def read_state(ckpt_dir: str) -> dict:
+    """The checkpoint's state.json; ValueError if it is not a JSON object."""
     with open(os.path.join(ckpt_dir, STATE)) as f:
-        return json.load(f)
+        state = json.load(f)
+    if not isinstance(state, dict):
+        raise ValueError(f"{ckpt_dir}/{STATE} is not a JSON object")
+    return state

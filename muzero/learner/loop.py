@@ -30,9 +30,13 @@ import envs
 from muzero import algorithms, core
 from muzero.launch.local import LocalActors
 from muzero.learner import checkpoints
+from muzero.config import ConfigError
 from muzero.learner.settings import RunSettings
 from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.rpc.server import BatchingServer
+
+# After a failed periodic checkpoint (a full disk, say) the next try comes this much later.
+CHECKPOINT_RETRY_S = 60.0
 
 # A second SIGINT/SIGTERM this soon after the first is the same stop request delivered twice
 # (a process group's signal plus the copy `make` or a scheduler forwards), never an abort.
@@ -81,6 +85,7 @@ class Run:
         self.actors: Optional[LocalActors] = None
         self.address: Optional[str] = None
         self.resumed_from: Optional[str] = None
+        self.elapsed_before = 0.0   # wall time of earlier sessions of this run (from the checkpoint)
         self._first_signal = None
 
     @property
@@ -97,21 +102,63 @@ class Run:
         os.makedirs(self.logdir, exist_ok=True)
         checkpoints.atomic_write_text(os.path.join(self.logdir, "config.json"), self.settings.to_json() + "\n")
 
+    def _check_same_run(self, candidates: list) -> None:
+        """Refuses a logdir whose run is another algorithm, env or network shape, before
+        anything there is written (its config.json would be overwritten otherwise)."""
+        path = os.path.join(self.logdir, "config.json")
+        if not candidates or not os.path.isfile(path):
+            return
+        try:
+            with open(path) as f:
+                previous = json.load(f)
+        except (OSError, ValueError):
+            return   # unreadable: the checkpoint's own state decides below
+        if not isinstance(previous, dict):
+            return
+        mine = self.settings.to_dict()
+        keys = [("algo", previous.get("algo", "muzero"), mine["algo"]), ("env", previous.get("env"), mine["env"]),
+                ("env_options", previous.get("env_options", {}), mine["env_options"]),
+                ("config.network", (previous.get("config") or {}).get("network"), mine["config"].get("network"))]
+        for name, old, new in keys:
+            if old != new:
+                raise ConfigError(f"--logdir={self.logdir} holds a run with {name}={json.dumps(old)}; this run has "
+                                  f"{name}={json.dumps(new)}: pass another --logdir, or the same settings to resume")
+
+    def _restore_newest_intact(self, candidates: list) -> Optional[str]:
+        """Restores the newest checkpoint that loads; says which ones were skipped and why."""
+        for ckpt in candidates:
+            try:
+                state = checkpoints.read_state(ckpt)
+                if state.get("algo", self.settings.algo) != self.settings.algo:
+                    raise ValueError(f"it was written by --algo={state.get('algo')}")
+                self.learner.restore(ckpt)
+            except Exception as e:  # a truncated or corrupt checkpoint: try the next older one
+                self.log(f"checkpoint {ckpt} cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
+                         "trying an older one")
+                continue
+            self.context.env_steps = int(state.get("env_steps", 0))
+            self.elapsed_before = float(state.get("elapsed_s", 0.0))
+            return ckpt
+        raise ConfigError(f"--logdir={self.logdir} holds checkpoints, but none can be restored (see the lines "
+                          "above): pass another --logdir, or move the checkpoints away to start afresh")
+
     def _build(self) -> None:
         s = self.settings
+        candidates = checkpoints.checkpoints_newest_first(self.logdir)
+        self._check_same_run(candidates)
         self._write_config()
+        leftovers = checkpoints.remove_temporary(self.logdir)
+        if leftovers:
+            self.log(f"removed {len(leftovers)} unfinished checkpoint write(s): {', '.join(leftovers)}")
         self.learner = self.builder.make_learner(s, self.descriptor, self.context,
                                                  trainable_parts=self.trainable_parts)
         self.context.training_step = lambda: self.learner.training_step
-        ckpt = checkpoints.resolve_checkpoint(self.logdir)
-        if ckpt is not None:
-            self.learner.restore(ckpt)
-            state = checkpoints.read_state(ckpt)
-            self.context.env_steps = int(state.get("env_steps", 0))
+        if candidates:
+            ckpt = self._restore_newest_intact(candidates)
             self.resumed_from = ckpt
             extra = ", ".join(f"{k} {v:.0f}" for k, v in self.learner.progress().items() if k.endswith("_steps"))
             self.log(f"resumed from {ckpt}: training step {self.training_step}"
-                     + (f", {extra}" if extra else ""))
+                     + (f", {extra}" if extra else "") + f", {format_duration(self.elapsed_before)} run before")
         elif self.init_checkpoint:
             src = self.learner.init_from(self.init_checkpoint)
             self.log(f"initialised network weights from {src}")
@@ -193,7 +240,9 @@ class Run:
 
     def _loop(self) -> dict:
         s = self.settings
-        start = last_progress = last_ckpt = time.monotonic()
+        last_progress = last_ckpt = time.monotonic()
+        # Time counts across resumes: --max_seconds bounds the whole run, not each session.
+        start = self._session_start = last_progress - self.elapsed_before
         last_env, last_step = self.env_steps, self.training_step
         metrics: dict = {}
         record: dict = {}
@@ -219,8 +268,13 @@ class Run:
                 if self.actors is not None:
                     self.actors.poll()
             if now - last_ckpt >= s.checkpoint_every_secs:
-                self.checkpoint()
-                last_ckpt = now
+                try:
+                    self.checkpoint()
+                    last_ckpt = now
+                except Exception as e:  # a full disk: keep training and the previous checkpoint, retry
+                    self.log(f"checkpoint failed ({type(e).__name__}: {e}); the previous one is kept, "
+                             f"retrying in {CHECKPOINT_RETRY_S:g} s")
+                    last_ckpt = now - s.checkpoint_every_secs + CHECKPOINT_RETRY_S
             reason = self._limits_reached(now - start)
             if reason:
                 self.log(f"stopping: {reason}")
@@ -265,7 +319,10 @@ class Run:
         return record
 
     def checkpoint(self) -> str:
-        state = {"algo": self.settings.algo, "env": self.settings.env, "env_steps": self.env_steps}
+        start = getattr(self, "_session_start", None)
+        elapsed = time.monotonic() - start if start is not None else self.elapsed_before
+        state = {"algo": self.settings.algo, "env": self.settings.env, "env_steps": self.env_steps,
+                 "elapsed_s": elapsed}
         path = checkpoints.save_checkpoint(self.logdir, self.training_step, self.learner.save, state)
         self.log(f"checkpoint written: {path}")
         return path

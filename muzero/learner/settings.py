@@ -86,8 +86,11 @@ class RunSettings:
             builder = algorithms.get(algo)
         except algorithms.UnknownAlgorithmError as e:
             raise ConfigError(str(e)) from None
-        data = dict(data, algo=algo, config=from_dict(builder.config_class, data["config"]))
-        return from_dict(cls, data)
+        try:
+            data = dict(data, algo=algo, config=from_dict(builder.config_class, data["config"]))
+            return from_dict(cls, data)
+        except TypeError as e:   # a section given as a list or number instead of an object
+            raise ConfigError(f"RunSettings: {e}") from None
 
 
 def replace_section(settings: RunSettings, section: str, **changes) -> RunSettings:

@@ -1,0 +1,183 @@
+"""The generic run loop with a tiny fake algorithm: resume, fallbacks, refusals, failures.
+
+The fake learner counts steps and saves its counter in a file; nothing here knows
+MuZero, which is the point: the loop drives any ``core.Builder``.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from muzero import algorithms, core
+from muzero.config import ConfigError, check_int
+from muzero.learner import checkpoints
+from muzero.learner.loop import Run
+from muzero.learner.settings import RunSettings
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterTraining:
+    increment: int = 1
+
+    def __post_init__(self):
+        check_int(self, "increment", 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterConfig:
+    training: CounterTraining = CounterTraining()
+
+
+class CounterLearner(core.Learner):
+    def __init__(self, context):
+        self.context = context
+        self.count = 0
+        self.published = []
+        self.fail_saves = 0     # the next N saves raise OSError (a full disk)
+
+    @property
+    def training_step(self):
+        return self.count
+
+    def step(self):
+        self.count += 1
+        self.context.add_env_steps(10)
+        return {"loss/total": 1.0 / self.count}
+
+    def copy_to_serving(self, _model=None):
+        self.published.append(self.count)
+
+    def save(self, directory):
+        if self.fail_saves:
+            self.fail_saves -= 1
+            raise OSError(28, "No space left on device")
+        with open(os.path.join(directory, "counter.json"), "w") as f:
+            json.dump({"count": self.count}, f)
+
+    def restore(self, directory):
+        with open(os.path.join(directory, "counter.json")) as f:
+            self.count = int(json.load(f)["count"])
+
+    def export(self, directory):
+        os.makedirs(directory)
+        with open(os.path.join(directory, "muzero_export.json"), "w") as f:
+            json.dump({"algo": "counter"}, f)
+
+
+class CounterService(core.InferenceService):
+    def bind(self, server):
+        server.bind_unary("ping", lambda t, c: {}, service="test.Counter")
+
+    def update_weights(self, fn, version):
+        fn(None)
+
+
+class CounterBuilder(core.Builder):
+    name = "counter"
+    config_class = CounterConfig
+    ingestion = "streaming"
+
+    def default_settings(self, env):
+        return RunSettings(env=env, algo="counter", config=CounterConfig(), num_actors=0, num_eval_actors=0,
+                           progress_every_s=0.0)
+
+    def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
+        self.learner = CounterLearner(context)
+        return self.learner
+
+    def make_service(self, settings, descriptor, learner, context, server_config):
+        return CounterService()
+
+    def actor_target(self):
+        raise AssertionError("no actors in these tests")
+
+    def actor_args(self, settings, index, address, client_config, training_step):
+        raise AssertionError("no actors in these tests")
+
+
+BUILDER = CounterBuilder()
+
+
+@pytest.fixture(autouse=True)
+def counter_algorithm(monkeypatch):
+    monkeypatch.setitem(algorithms._BUILDERS, "counter", f"{__name__}:BUILDER")
+
+
+def _run(logdir, lines=None, **changes):
+    settings = dataclasses.replace(BUILDER.default_settings("cartpole"), **changes)
+    log = lines.append if lines is not None else (lambda m: None)
+    return Run(settings, str(logdir), log=log)
+
+
+def test_trains_checkpoints_exports_and_resumes_where_it_stopped(tmp_path):
+    run = _run(tmp_path, max_train_steps=5)
+    record = run.run()
+    assert record["stop_reason"] == "max_train_steps=5 reached"
+    assert BUILDER.learner.published[:5] == [1, 2, 3, 4, 5]      # publish_every_steps=1
+    assert checkpoints.resolve_checkpoint(str(tmp_path)).endswith("ckpt-5")
+    state = checkpoints.read_state(checkpoints.resolve_checkpoint(str(tmp_path)))
+    assert state["env_steps"] == 50 and state["algo"] == "counter" and state["env"] == "cartpole"
+    with open(tmp_path / "export" / "step-5" / "run.json") as f:   # the env an evaluator plays
+        assert json.load(f)["env"] == "cartpole"
+    lines = []
+    run = _run(tmp_path, lines, max_train_steps=8)
+    run.run()
+    assert any(line.startswith(f"resumed from {tmp_path}/checkpoints/ckpt-5: training step 5") for line in lines)
+    assert BUILDER.learner.count == 8 and run.env_steps == 80
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_older_one(tmp_path):
+    _run(tmp_path, max_train_steps=3).run()
+    _run(tmp_path, max_train_steps=6).run()
+    newest = os.path.join(tmp_path, "checkpoints", "ckpt-6", "counter.json")
+    with open(newest, "w") as f:
+        f.write('{"cou')                                           # truncated mid-write
+    os.makedirs(tmp_path / "checkpoints" / ".tmp-ckpt-7-123-456")  # an interrupted write
+    lines = []
+    _run(tmp_path, lines, max_train_steps=9).run()
+    assert any("ckpt-6 cannot be restored (JSONDecodeError" in line for line in lines)
+    assert any(line.startswith(f"resumed from {tmp_path}/checkpoints/ckpt-3") for line in lines)
+    assert any("removed 1 unfinished checkpoint write(s): .tmp-ckpt-7-123-456" in line for line in lines)
+    assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.startswith(".tmp")]
+
+
+def test_a_logdir_of_another_env_is_refused_before_anything_is_written(tmp_path):
+    _run(tmp_path, max_train_steps=2).run()
+    before = (tmp_path / "config.json").read_text()
+    other = dataclasses.replace(BUILDER.default_settings("tictactoe"), max_train_steps=2)
+    with pytest.raises(ConfigError, match=r"holds a run with env=\"cartpole\"; this run has env=\"tictactoe\""):
+        Run(other, str(tmp_path), log=lambda m: None).run()
+    assert (tmp_path / "config.json").read_text() == before
+
+
+def test_a_failed_periodic_checkpoint_keeps_training_and_the_previous_checkpoint(tmp_path, monkeypatch):
+    import muzero.learner.loop as loop
+    monkeypatch.setattr(loop, "CHECKPOINT_RETRY_S", 0.0)
+    lines = []
+    run = _run(tmp_path, lines, max_train_steps=400, checkpoint_every_secs=1e-6)
+    original = BUILDER.make_learner
+
+    def make_failing(*args, **kwargs):
+        learner = original(*args, **kwargs)
+        learner.fail_saves = 2
+        return learner
+    monkeypatch.setattr(BUILDER, "make_learner", make_failing)
+    record = run.run()
+    assert record["stop_reason"] == "max_train_steps=400 reached"
+    failures = [line for line in lines if line.startswith("checkpoint failed (OSError")]
+    assert len(failures) == 2 and "No space left on device" in failures[0]
+    assert checkpoints.resolve_checkpoint(str(tmp_path)).endswith("ckpt-400")
+
+
+def test_time_limit_counts_across_resumes(tmp_path):
+    run = _run(tmp_path, max_train_steps=3)
+    run.run()
+    state_path = os.path.join(checkpoints.resolve_checkpoint(str(tmp_path)), "state.json")
+    state = json.load(open(state_path))
+    state["elapsed_s"] = 1000.0                         # as if the run had already used 1000 s
+    json.dump(state, open(state_path, "w"))
+    record = _run(tmp_path, max_seconds=1000.0).run()
+    assert record["stop_reason"] == "max_seconds=1000 reached"
+    assert BUILDER.learner.count <= 4                   # stopped at once, not after another 1000 s
