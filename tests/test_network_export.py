@@ -110,3 +110,26 @@ def test_saved_model_player_reports_the_root_value_it_searched_from(tmp_path):
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
     np.testing.assert_allclose(player.last_root_value, net.initial_inference(obs)["value"].numpy(),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_evaluate_refuses_bad_input_with_one_clear_error(tmp_path):
+    import pytest
+    from muzero.config import SearchConfig
+    from muzero.eval.evaluator import evaluate, write_run
+    descriptor, stack = MODELS["vector"]
+    path = str(tmp_path / "m")
+    export_saved_model(make_network(descriptor, TINY, stack, seed=3), path)
+    write_run(path, "cartpole", {}, SearchConfig(num_simulations=2), 1)
+    with pytest.raises(ValueError, match="episodes=0 must be an integer >= 1"):
+        evaluate(path, 0)
+    with pytest.raises(ValueError, match=r"env 'tictactoe' gives network inputs \[3, 3, 3\] and 9 actions; "
+                                         r"the export takes \[4\] and 2"):
+        evaluate(path, 2, env="tictactoe")
+    with pytest.raises(ValueError, match="is not a directory"):
+        evaluate(str(tmp_path / "missing"), 2, env="cartpole")
+    variables = os.path.join(path, "variables", "variables.data-00000-of-00001")
+    data = bytearray(open(variables, "rb").read())
+    data[len(data) // 2] ^= 0xFF                             # one flipped byte: the shard's checksum fails
+    open(variables, "wb").write(bytes(data))
+    with pytest.raises(ValueError, match="cannot be loaded \\(DataLossError.*Checksum does not match.*export again"):
+        evaluate(path, 2)

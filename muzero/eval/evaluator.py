@@ -31,9 +31,13 @@ class SavedModelPlayer:
     def __init__(self, export_dir: str, search_config: SearchConfig, num_envs: int):
         import tensorflow as tf  # the SavedModel runtime only
         self._tf = tf
-        with open(os.path.join(export_dir, "muzero_export.json")) as f:
+        spec_path = os.path.join(export_dir, "muzero_export.json")
+        if not os.path.isfile(spec_path):
+            raise ValueError(f"--export_dir={export_dir!r} holds no muzero_export.json: pass a directory "
+                             "written by the learner (<logdir>/export/step-<N>)")
+        with open(spec_path) as f:
             self.spec = json.load(f)
-        self.model = tf.saved_model.load(export_dir)
+        self.model = load_saved_model(export_dir)
         self._initial = self.model.signatures["initial_inference"]
         self._recurrent = self.model.signatures["recurrent_inference"]
         self.search_config = search_config
@@ -74,6 +78,17 @@ class SavedModelPlayer:
         return actions
 
 
+def load_saved_model(export_dir: str):
+    """tf.saved_model.load, with a corrupt or partial export reported as one ValueError."""
+    import tensorflow as tf
+    try:
+        return tf.saved_model.load(export_dir)
+    except Exception as e:   # DataLossError, NotFoundError, ... from a damaged variables file
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise ValueError(f"the SavedModel in {export_dir!r} cannot be loaded ({type(e).__name__}: {first}); "
+                         "the export is damaged: export again from the run's checkpoint") from None
+
+
 def load_run(export_dir: str) -> Optional[dict]:
     path = os.path.join(export_dir, RUN_JSON)
     if not os.path.isfile(path):
@@ -102,16 +117,30 @@ def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
     the other side; the agent plays player 0 in even-numbered envs and player 1 in odd
     ones, and the result per game is +1 win / 0 draw / -1 loss for the agent.
     """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes={episodes!r} must be an integer >= 1")
+    if not os.path.isdir(export_dir):
+        raise ValueError(f"--export_dir={export_dir!r} is not a directory")
     run = load_run(export_dir) or {}
     env = env or run.get("env")
     if env is None:
         raise ValueError(f"{export_dir} has no {RUN_JSON}: pass the env name")
     env_options = env_options if env_options is not None else run.get("env_options", {})
-    search_config = search_config or search_config_from_run(run)
-    batch = envs.make_batch(env, num_envs, seed=seed, **env_options)
-    descriptor = batch.descriptor
-    player = SavedModelPlayer(export_dir, search_config, num_envs)
+    if search_config is None:
+        if "search" not in run:
+            raise ValueError(f"{export_dir} has no {RUN_JSON} with search settings: pass --simulations")
+        search_config = search_config_from_run(run)
     stack = int(run.get("stack_frames", 1))
+    descriptor = envs.describe(env, **env_options)
+    player = SavedModelPlayer(export_dir, search_config, num_envs)
+    from muzero.observation import network_input_shape
+    expected = tuple(network_input_shape(tuple(descriptor.observation_shape), descriptor.is_image, stack))
+    exported = tuple(player.spec["observation"]["shape"])
+    if expected != exported or descriptor.num_actions != player.num_actions:
+        raise ValueError(f"env {env!r} gives network inputs {list(expected)} and {descriptor.num_actions} actions; "
+                         f"the export takes {list(exported)} and {player.num_actions}: pass the env it was "
+                         "trained on")
+    batch = envs.make_batch(env, num_envs, seed=seed, **env_options)
     history = FrameHistory(num_envs, descriptor.observation_shape, stack, descriptor.num_actions) \
         if descriptor.is_image else None
     rng = np.random.default_rng(seed)
