@@ -205,16 +205,16 @@ def _cpu_seconds() -> float:
 
 
 def run_case(args, mode: str, latent: tuple) -> dict:
-    from muzero.rpc.config import ServerConfig
+    from muzero.rpc.config import CacheServiceConfig, ServerConfig
     from muzero.algorithms.muzero.service import serve
 
     model = build_model(latent)
     total = args.clients * args.leaves
-    cfg = ServerConfig(cache_slots=total + args.leaves, max_nodes=args.simulations + 1,
-                       recurrent_max_batch=max(total, 1), recurrent_max_wait_ms=args.max_wait_ms,
-                       initial_max_batch=max(total, 1), max_workers=64,
-                       close_when_all_leases_waiting=bool(args.close_early))
-    server, service = serve(model, cfg)
+    cfg = CacheServiceConfig(cache_slots=total + args.leaves, max_nodes=args.simulations + 1,
+                             recurrent_max_batch=max(total, 1), recurrent_max_wait_ms=args.max_wait_ms,
+                             initial_max_batch=max(total, 1),
+                             close_when_all_leases_waiting=bool(args.close_early))
+    server, service = serve(model, cfg, server_config=ServerConfig(max_workers=64))
     ctx = mp.get_context("spawn")
     start_evt, stop_evt, results = ctx.Event(), ctx.Event(), ctx.Queue()
     case = argparse.Namespace(**{**vars(args), "mode": mode})

@@ -213,7 +213,9 @@ class Builder(abc.ABC):
 
     @abc.abstractmethod
     def make_service(self, settings, descriptor, learner: Learner, context: RunContext,
-                     server_config) -> InferenceService: ...
+                     server_config) -> InferenceService:
+        """The algorithm's service. ``server_config`` is the transport's (for reference: host,
+        message limits); what the service batches and caches it derives from ``settings``."""
 
     @abc.abstractmethod
     def actor_target(self) -> Callable[..., None]:
@@ -223,7 +225,3 @@ class Builder(abc.ABC):
     def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
         """Arguments of ``actor_target`` for actor ``index`` (indices >= settings.num_actors
         are evaluation actors)."""
-
-    def server_config(self, settings, base):
-        """``base`` (a ServerConfig from the flags) adjusted to this algorithm's needs."""
-        return base

@@ -9,7 +9,7 @@ from muzero.actor.segments import SegmentBuilder
 from muzero.config import SearchConfig
 from muzero.replay.store import validate_segment
 from muzero.rpc.client import InferenceClient
-from muzero.rpc.config import ServerConfig
+from muzero.rpc.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 
 
@@ -106,7 +106,7 @@ class _BoardModel:
 
 def _run_actor(model, env, steps, envs_per_actor, segment_length, simulations=4, **search):
     handlers = InMemoryLearnerHandlers()
-    server, _ = serve(model, ServerConfig(max_nodes=simulations + 1, cache_slots=64),
+    server, _ = serve(model, CacheServiceConfig(max_nodes=simulations + 1, cache_slots=64),
                       push_segments_handler=handlers.push_segments, learner_info_handler=handlers.learner_info)
     try:
         settings = ActorSettings(server=f"127.0.0.1:{server.port}", env=env,

@@ -8,7 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 from muzero.rpc import wire
 from muzero.rpc.client import InferenceClient
-from muzero.rpc.config import ServerConfig
+from muzero.rpc.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
 from muzero.rpc.testing import ToyModel
@@ -27,7 +27,7 @@ ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT,
 @pytest.fixture(scope="module")
 def target():
     handlers = InMemoryLearnerHandlers()
-    server, service = serve(ToyModel(), ServerConfig(cache_slots=64, max_nodes=6,
+    server, service = serve(ToyModel(), CacheServiceConfig(cache_slots=64, max_nodes=6,
                                                      recurrent_max_wait_ms=0,
                                                      initial_max_wait_ms=0),
                             push_segments_handler=handlers.push_segments,

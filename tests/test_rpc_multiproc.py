@@ -5,7 +5,7 @@ import multiprocessing as mp
 
 import numpy as np
 
-from muzero.rpc.config import ServerConfig
+from muzero.rpc.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import serve
 from muzero.rpc.testing import ToyModel
 
@@ -55,7 +55,7 @@ def _client(port: int, index: int, barrier, results) -> None:
 def test_batching_across_eight_client_processes():
     # A long deadline so that concurrent callers are batched together; batches also
     # close as soon as every live lease has a request waiting.
-    server, service = serve(ToyModel(), ServerConfig(
+    server, service = serve(ToyModel(), CacheServiceConfig(
         cache_slots=NUM_CLIENTS * NUM_ENVS, max_nodes=NUM_SIMS + 1,
         initial_max_wait_ms=200, recurrent_max_wait_ms=200))
     ctx = mp.get_context("spawn")

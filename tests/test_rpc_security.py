@@ -8,7 +8,7 @@ import pytest
 
 from muzero.config import ConfigError
 from muzero.rpc.client import InferenceClient, ServerError
-from muzero.rpc.config import ClientConfig, ServerConfig
+from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig
 from muzero.algorithms.muzero.service import serve
 from muzero.rpc.server import BatchingServer
 from muzero.rpc.testing import ToyModel
@@ -56,9 +56,9 @@ def credentials(tmp_path_factory):
 @pytest.fixture(scope="module")
 def secure_server(credentials):
     d = credentials
-    server, _ = serve(ToyModel(), ServerConfig(
+    server, _ = serve(ToyModel(), CacheServiceConfig(cache_slots=8, max_nodes=4), server_config=ServerConfig(
         tls_cert_file=str(d / "cert.pem"), tls_key_file=str(d / "key.pem"),
-        auth_token_file=str(d / "token.txt"), cache_slots=8, max_nodes=4))
+        auth_token_file=str(d / "token.txt")))
     yield server
     server.stop()
 

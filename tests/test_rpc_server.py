@@ -8,7 +8,7 @@ import pytest
 
 from muzero.config import ConfigError
 from muzero.rpc import wire
-from muzero.rpc.config import ClientConfig, ServerConfig, is_loopback
+from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig, is_loopback
 from muzero.rpc.server import SERVICE, BatchingServer, Prepared, RequestError
 
 
@@ -144,19 +144,19 @@ def test_message_limit_is_raised_above_grpc_default_and_enforced():
         small.stop()
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"port": 70000}, "port"),
-    ({"max_message_bytes": 1000}, "max_message_bytes"),
-    ({"recurrent_max_batch": 0}, "recurrent_max_batch"),
-    ({"initial_max_wait_ms": -1.0}, "initial_max_wait_ms"),
-    ({"cache_slots": 0}, "cache_slots"),
-    ({"max_nodes": 1}, "max_nodes"),
-    ({"lease_timeout_s": 0.0}, "lease_timeout_s"),
-    ({"tls_cert_file": "c.pem"}, "tls_key_file"),
+@pytest.mark.parametrize("cls, kwargs, field", [
+    (ServerConfig, {"port": 70000}, "port"),
+    (ServerConfig, {"max_message_bytes": 1000}, "max_message_bytes"),
+    (CacheServiceConfig, {"recurrent_max_batch": 0}, "recurrent_max_batch"),
+    (CacheServiceConfig, {"initial_max_wait_ms": -1.0}, "initial_max_wait_ms"),
+    (CacheServiceConfig, {"cache_slots": 0}, "cache_slots"),
+    (CacheServiceConfig, {"max_nodes": 1}, "max_nodes"),
+    (CacheServiceConfig, {"lease_timeout_s": 0.0}, "lease_timeout_s"),
+    (ServerConfig, {"tls_cert_file": "c.pem"}, "tls_key_file"),
 ])
-def test_server_config_names_the_bad_field(kwargs, field):
-    with pytest.raises(ConfigError, match=f"ServerConfig.{field}="):
-        ServerConfig(**kwargs)
+def test_server_config_names_the_bad_field(cls, kwargs, field):
+    with pytest.raises(ConfigError, match=f"{cls.__name__}.{field}="):
+        cls(**kwargs)
 
 
 def test_client_config_names_the_bad_field():

@@ -13,7 +13,7 @@ import pytest
 
 from muzero.rpc import wire
 from muzero.rpc.client import InferenceClient, LeaseLostError, ServerError
-from muzero.rpc.config import ClientConfig, ServerConfig
+from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig
 from muzero.rpc.latent_cache import NumpyLatentCache
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
@@ -24,12 +24,12 @@ FAST = ClientConfig(connect_timeout_s=5, call_timeout_s=10, retry_timeout_s=10,
 OBS = np.array([[1, 5], [0, 1]], np.float32)
 
 
-def _server(**overrides):
+def _server(port=0, **overrides):
     cfg = dict(cache_slots=8, max_nodes=6, initial_max_wait_ms=1, recurrent_max_wait_ms=1,
                recurrent_max_batch=16, initial_max_batch=16)
     cfg.update(overrides)
     handlers = InMemoryLearnerHandlers()
-    server, service = serve(ToyModel(), ServerConfig(**cfg),
+    server, service = serve(ToyModel(), CacheServiceConfig(**cfg), server_config=ServerConfig(port=port),
                             push_segments_handler=handlers.push_segments,
                             learner_info_handler=handlers.learner_info)
     return server, service, handlers
@@ -108,7 +108,7 @@ def test_tensorflow_model_uses_a_variable_cache():
     tf = pytest.importorskip("tensorflow")
     from muzero.rpc.testing import toy_tf_model
 
-    server, service = serve(toy_tf_model(), ServerConfig(cache_slots=4, max_nodes=4))
+    server, service = serve(toy_tf_model(), CacheServiceConfig(cache_slots=4, max_nodes=4))
     try:
         assert isinstance(service.cache.variable, tf.Variable)
         with InferenceClient(f"127.0.0.1:{server.port}", config=FAST) as c:

@@ -76,7 +76,7 @@ class Run:
         self.descriptor = envs.describe(settings.env, **settings.env_options)
         self.builder.check_env(self.descriptor)
         self.builder.check_settings(settings)
-        self.server_config = self.builder.server_config(settings, server_config or ServerConfig())
+        self.server_config = server_config or ServerConfig()
         self.context = core.RunContext(seed=settings.seed)
         self.stop_event = self.context.stop_event
         self.learner: Optional[core.Learner] = None

@@ -1,8 +1,9 @@
 """Typed settings of the inference server and its client.
 
-``ServerConfig`` covers binding and security, message limits, batching (maximum
-batch size in rows and maximum wait in milliseconds per method) and the latent
-cache; ``ClientConfig`` covers timeouts, retry back-off and credentials. Both are
+``ServerConfig`` covers the transport (binding and security, message limits, worker
+threads); ``CacheServiceConfig`` covers the latent-cache service (maximum batch size in
+rows and maximum wait in milliseconds per method, cache slots and nodes, leases);
+``ClientConfig`` covers timeouts, retry back-off and credentials. Both are
 frozen dataclasses validated in ``__post_init__``; a bad value raises
 ``muzero.config.ConfigError`` naming the field, the value and the accepted range.
 
@@ -47,7 +48,9 @@ def _opt_str(obj, field: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """Settings of ``muzero.rpc.server.BatchingServer`` and ``MuZeroService``."""
+    """Transport settings of ``muzero.rpc.server.BatchingServer``: where it binds, TLS and
+    token, message limits, worker threads. What a service batches and caches is that
+    service's own config (``CacheServiceConfig`` for MuZero's latent-cache service)."""
 
     # Interface to bind. Anything but loopback requires TLS and a token file.
     host: str = "127.0.0.1"
@@ -65,6 +68,44 @@ class ServerConfig:
     # gRPC worker threads; every call waiting for its batch holds one, so this must
     # exceed the number of calls in flight across all actors.
     max_workers: int = 64
+
+    def __post_init__(self):
+        if not isinstance(self.host, str) or not self.host.strip():
+            _fail(self, "host", "must be a non-empty host name or IP address")
+        _int(self, "port", 0, 65535)
+        for name in ("tls_cert_file", "tls_key_file", "auth_token_file"):
+            _opt_str(self, name)
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            missing = "tls_key_file" if self.tls_key_file is None else "tls_cert_file"
+            _fail(self, missing, "tls_cert_file and tls_key_file must be given together")
+        if not is_loopback(self.host):
+            missing = [n for n in ("tls_cert_file", "tls_key_file", "auth_token_file")
+                       if getattr(self, n) is None]
+            if missing:
+                raise ConfigError(
+                    f"ServerConfig.host={self.host!r} is not a loopback address; binding it "
+                    f"requires TLS and an auth token, missing: {', '.join(missing)}")
+        _int(self, "max_message_bytes", 2**20, 2**31 - 1)
+        _int(self, "max_tensors", 8, 1_000_000)
+        _int(self, "max_workers", 2, 4096)
+
+    @property
+    def secure(self) -> bool:
+        return self.tls_cert_file is not None
+
+    @property
+    def bind_address(self) -> str:
+        host = self.host.strip()
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheServiceConfig:
+    """Settings of the latent-cache inference service (MuZero's ``MuZeroService``): how its
+    two inference methods batch and how large its cache of hidden states is."""
+
     # Batching: a batch closes when it holds max_batch rows (leaves / envs) or when
     # max_wait_ms has passed since its first request arrived, whichever is first.
     initial_max_batch: int = 1024
@@ -83,24 +124,6 @@ class ServerConfig:
     device: Optional[str] = None
 
     def __post_init__(self):
-        if not isinstance(self.host, str) or not self.host.strip():
-            _fail(self, "host", "must be a non-empty host name or IP address")
-        _int(self, "port", 0, 65535)
-        for name in ("tls_cert_file", "tls_key_file", "auth_token_file", "device"):
-            _opt_str(self, name)
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            missing = "tls_key_file" if self.tls_key_file is None else "tls_cert_file"
-            _fail(self, missing, "tls_cert_file and tls_key_file must be given together")
-        if not is_loopback(self.host):
-            missing = [n for n in ("tls_cert_file", "tls_key_file", "auth_token_file")
-                       if getattr(self, n) is None]
-            if missing:
-                raise ConfigError(
-                    f"ServerConfig.host={self.host!r} is not a loopback address; binding it "
-                    f"requires TLS and an auth token, missing: {', '.join(missing)}")
-        _int(self, "max_message_bytes", 2**20, 2**31 - 1)
-        _int(self, "max_tensors", 8, 1_000_000)
-        _int(self, "max_workers", 2, 4096)
         _int(self, "initial_max_batch", 1, 2**20)
         _num(self, "initial_max_wait_ms", 0.0, 60_000.0)
         _int(self, "recurrent_max_batch", 1, 2**20)
@@ -110,17 +133,7 @@ class ServerConfig:
         _int(self, "cache_slots", 1, 2**24)
         _int(self, "max_nodes", 2, 1_000_001)
         _num(self, "lease_timeout_s", 0.0, 1e9, lo_open=True)
-
-    @property
-    def secure(self) -> bool:
-        return self.tls_cert_file is not None
-
-    @property
-    def bind_address(self) -> str:
-        host = self.host.strip()
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"{host}:{self.port}"
+        _opt_str(self, "device")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,6 @@
 """MuZero's parts for the run loop: learner (trainer + replay), latent-cache service, search actors."""
 from __future__ import annotations
 
-import dataclasses
-
 from muzero import core
 from muzero.algorithms.muzero import defaults
 from muzero.config import MuZeroConfig
@@ -25,17 +23,16 @@ class MuZeroBuilder(core.Builder):
 
     def make_service(self, settings, descriptor, learner, context, server_config):
         from muzero.algorithms.muzero.service import MuZeroService
-        service = MuZeroService(learner.trainer.serving, server_config,
+        from muzero.rpc.config import CacheServiceConfig
+        # One cache slot per acting env (twice, so a restarted actor's new lease never waits
+        # for the old one's timeout), each with a node per simulation plus the root.
+        config = CacheServiceConfig(max_nodes=settings.config.search.num_nodes,
+                                    cache_slots=max(256, 2 * settings.total_envs))
+        service = MuZeroService(learner.trainer.serving, config,
                                 push_segments_handler=learner.push_segments,
                                 learner_info_handler=learner.learner_info)
         service.set_weights_version(learner.training_step)
         return service
-
-    def server_config(self, settings, base):
-        # One cache slot per acting env (twice, so a restarted actor's new lease never waits
-        # for the old one's timeout), each with a node per simulation plus the root.
-        return dataclasses.replace(base, max_nodes=settings.config.search.num_nodes,
-                                   cache_slots=max(256, 2 * settings.total_envs))
 
     def actor_target(self):
         from muzero.actor.actor import run_actor

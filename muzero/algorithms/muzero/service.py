@@ -39,7 +39,7 @@ import numpy as np
 
 from muzero import core
 from muzero.rpc import wire
-from muzero.rpc.config import ServerConfig
+from muzero.rpc.config import CacheServiceConfig, ServerConfig
 from muzero.rpc.latent_cache import LeaseTable, NumpyLatentCache, TFLatentCache
 from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 
@@ -176,7 +176,7 @@ class InMemoryLearnerHandlers:
 class MuZeroService(core.InferenceService):
     """Binds the MuZero methods for ``model`` on a ``BatchingServer``."""
 
-    def __init__(self, model, config: ServerConfig = ServerConfig(), *,
+    def __init__(self, model, config: CacheServiceConfig = CacheServiceConfig(), *,
                  push_segments_handler: Optional[Callable[[list], Optional[dict]]] = None,
                  learner_info_handler: Optional[Callable[[], dict]] = None):
         self.config = config
@@ -455,9 +455,11 @@ class MuZeroService(core.InferenceService):
         return self._ship_outputs(outs)
 
 
-def serve(model, config: ServerConfig = ServerConfig(), **handlers) -> tuple:
-    """Builds, binds and starts a server for ``model``; returns (server, service)."""
+def serve(model, config: CacheServiceConfig = CacheServiceConfig(), *,
+          server_config: ServerConfig = ServerConfig(), **handlers) -> tuple:
+    """Builds, binds and starts a server (transport ``server_config``) with the MuZero
+    service for ``model`` (``config``); returns (server, service)."""
     service = MuZeroService(model, config, **handlers)
-    server = service.bind(BatchingServer(config))
+    server = service.bind(BatchingServer(server_config))
     server.start()
     return server, service
