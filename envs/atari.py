@@ -219,10 +219,18 @@ class AtariVectorBatch(EnvBatch):
         obs = obs[:, 0]
         return obs[..., None] if obs.ndim == 3 else obs
 
-    def _batch_step(self, obs, reward, terminated, truncated, ep_return, ep_length) -> BatchStep:
+    def _batch_step(self, obs, reward, terminated, truncated, ep_return, ep_length,
+                    final_obs=None) -> BatchStep:
+        """final_obs: ale-py's ``info["final_obs"]`` (pre-reset frames, meaningful where done)."""
         e, a = self.num_envs, self.descriptor.num_actions
-        return BatchStep(self._frames(obs), reward, terminated, truncated, np.ones((e, a), bool),
-                         np.zeros(e, np.int8), ep_return, ep_length)
+        frames = self._frames(obs)
+        final = frames
+        done = terminated | truncated
+        if final_obs is not None and np.any(done):
+            final = frames.copy()
+            final[done] = self._frames(np.asarray(final_obs))[done]
+        return BatchStep(frames, reward, terminated, truncated, np.ones((e, a), bool),
+                         np.zeros(e, np.int8), ep_return, ep_length, final_observation=final)
 
     def reset(self) -> BatchStep:
         obs, _ = self._env.reset(seed=self._seed)
@@ -233,12 +241,16 @@ class AtariVectorBatch(EnvBatch):
 
     def step(self, actions) -> BatchStep:
         actions = self._check_actions(actions)
-        obs, reward, terminated, truncated, _ = self._env.step(actions.astype(np.int64))
+        obs, reward, terminated, truncated, info = self._env.step(actions.astype(np.int64))
         terminated = np.asarray(terminated, bool)
         truncated = np.asarray(truncated, bool) & ~terminated
         reward = np.asarray(reward, np.float32)
         ep_return, ep_length = self._stats.update(reward, terminated | truncated)
-        return self._batch_step(obs, reward, terminated, truncated, ep_return, ep_length)
+        final_obs = info.get("final_obs")   # same-step autoreset: the frames episodes ended on
+        if final_obs is None and np.any(terminated | truncated):
+            raise RuntimeError("ale-py's AtariVectorEnv reported an episode end without "
+                               "info['final_obs']; this ale-py version is not supported")
+        return self._batch_step(obs, reward, terminated, truncated, ep_return, ep_length, final_obs)
 
     def close(self) -> None:
         self._env.close()

@@ -111,6 +111,13 @@ class BatchStep:
       to_play: [E] int8, player to move in the state now shown
       episode_return: [E] float32, the ended episode's return; NaN where no episode ended
       episode_length: [E] int32, the ended episode's length in agent steps; -1 where none ended
+      final_observation: [E, *observation_shape], the observation the ended episode finished
+        on (before the same-step reset) where ``done``, equal to ``observation`` elsewhere.
+        Step-streaming actors send it so the learner can bootstrap truncated episodes from
+        the final state's value. To keep steps cheap, when no env is done (and after
+        ``reset``) it may be the *same array object* as ``observation``: treat both as
+        read-only, or copy before writing. Every EnvBatch in this package fills it; None
+        only comes from third-party EnvBatch classes that predate the field.
     """
 
     observation: np.ndarray
@@ -121,6 +128,7 @@ class BatchStep:
     to_play: np.ndarray
     episode_return: np.ndarray
     episode_length: np.ndarray
+    final_observation: Optional[np.ndarray] = None
 
     @property
     def done(self) -> np.ndarray:
@@ -197,13 +205,21 @@ class LoopEnvBatch(EnvBatch):
         self._stats = EpisodeStats(self.num_envs)
         self._obs = None
 
-    def _current(self, obs_list, reward, terminated, truncated, ep_return, ep_length) -> BatchStep:
+    def _current(self, obs_list, reward, terminated, truncated, ep_return, ep_length,
+                 finals: Optional[dict] = None) -> BatchStep:
+        """finals: {env index: final observation} of the envs whose episode ended."""
+        observation = np.stack(obs_list)
+        final = observation
+        if finals:
+            final = observation.copy()
+            for i, obs in finals.items():
+                final[i] = obs
         return BatchStep(
-            observation=np.stack(obs_list),
+            observation=observation,
             reward=reward, terminated=terminated, truncated=truncated,
             legal_mask=np.stack([env.legal_mask() for env in self.envs]),
             to_play=np.array([env.to_play() for env in self.envs], dtype=np.int8),
-            episode_return=ep_return, episode_length=ep_length)
+            episode_return=ep_return, episode_length=ep_length, final_observation=final)
 
     def reset(self) -> BatchStep:
         e = self.num_envs
@@ -219,14 +235,19 @@ class LoopEnvBatch(EnvBatch):
         terminated = np.zeros(e, bool)
         truncated = np.zeros(e, bool)
         obs = []
+        finals = {}
         for i, env in enumerate(self.envs):
             result = env.step(int(actions[i]))
             reward[i] = result.reward
             terminated[i] = result.terminated
             truncated[i] = result.truncated and not result.terminated
-            obs.append(env.reset() if (result.terminated or result.truncated) else result.observation)
+            if result.terminated or result.truncated:
+                finals[i] = result.observation
+                obs.append(env.reset())
+            else:
+                obs.append(result.observation)
         ep_return, ep_length = self._stats.update(reward, terminated | truncated)
-        return self._current(obs, reward, terminated, truncated, ep_return, ep_length)
+        return self._current(obs, reward, terminated, truncated, ep_return, ep_length, finals)
 
     def close(self) -> None:
         for env in self.envs:

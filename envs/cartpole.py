@@ -90,10 +90,14 @@ class CartPoleBatch(EnvBatch):
     def _new_states(self, n: int) -> np.ndarray:
         return self._rng.uniform(-0.05, 0.05, size=(n, 4))
 
-    def _batch_step(self, reward, terminated, truncated, ep_return, ep_length) -> BatchStep:
+    def _batch_step(self, reward, terminated, truncated, ep_return, ep_length, final=None) -> BatchStep:
+        """final: [E, 4] float32 pre-reset observations when an env is done, else None
+        (then ``final_observation`` is the observation array itself)."""
         e = self.num_envs
-        return BatchStep(self.state.astype(np.float32), reward, terminated, truncated,
-                         np.ones((e, 2), bool), np.zeros(e, np.int8), ep_return, ep_length)
+        obs = self.state.astype(np.float32)
+        return BatchStep(obs, reward, terminated, truncated,
+                         np.ones((e, 2), bool), np.zeros(e, np.int8), ep_return, ep_length,
+                         final_observation=obs if final is None else final)
 
     def reset(self) -> BatchStep:
         e = self.num_envs
@@ -121,7 +125,9 @@ class CartPoleBatch(EnvBatch):
         reward = np.ones(self.num_envs, np.float32)
         done = terminated | truncated
         ep_return, ep_length = self._stats.update(reward, done)
+        final = None
         if np.any(done):
+            final = self.state.astype(np.float32)       # the states the episodes ended in
             self.state[done] = self._new_states(int(done.sum()))
             self._steps[done] = 0
-        return self._batch_step(reward, terminated, truncated, ep_return, ep_length)
+        return self._batch_step(reward, terminated, truncated, ep_return, ep_length, final)

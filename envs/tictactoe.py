@@ -201,9 +201,12 @@ class TicTacToeBatch(EnvBatch):
         obs[..., 2] = self._to_play[:, None, None]
         return obs
 
-    def _batch_step(self, reward, terminated, ep_return, ep_length) -> BatchStep:
-        return BatchStep(self._observe(), reward, terminated, np.zeros(self.num_envs, bool),
-                         self._boards == EMPTY, self._to_play.copy(), ep_return, ep_length)
+    def _batch_step(self, reward, terminated, ep_return, ep_length, final=None) -> BatchStep:
+        """final: [E, 3, 3, 3] pre-reset observations when a game ended, else None."""
+        obs = self._observe()
+        return BatchStep(obs, reward, terminated, np.zeros(self.num_envs, bool),
+                         self._boards == EMPTY, self._to_play.copy(), ep_return, ep_length,
+                         final_observation=obs if final is None else final)
 
     def reset(self) -> BatchStep:
         e = self.num_envs
@@ -230,6 +233,9 @@ class TicTacToeBatch(EnvBatch):
         reward = won.astype(np.float32)
         ep_return, ep_length = self._stats.update(reward, terminated)
         self._to_play = (1 - mover).astype(np.int8)
-        self._boards[terminated] = EMPTY                                  # same-step reset
-        self._to_play[terminated] = 0
-        return self._batch_step(reward, terminated, ep_return, ep_length)
+        final = None
+        if np.any(terminated):
+            final = self._observe()                                       # the finished boards
+            self._boards[terminated] = EMPTY                              # same-step reset
+            self._to_play[terminated] = 0
+        return self._batch_step(reward, terminated, ep_return, ep_length, final)

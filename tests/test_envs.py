@@ -323,3 +323,102 @@ def test_gym_ids_vector_and_image():
         envs.make("gym:Pendulum-v1")
     with pytest.raises(ValueError, match="Gymnasium cannot make"):
         envs.make("gym:NoSuchEnv-v0")
+
+
+# ----------------------------------------------------------------------------- final observations
+
+def _gym_cartpole_step(state, action):
+    """One CartPole-v1 step by Gymnasium itself from ``state`` -> float32 observation."""
+    env = gymnasium.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    env.state = np.array(state, np.float64)
+    obs, _, _, _, _ = env.step(int(action))
+    return np.asarray(obs, np.float32)
+
+
+def test_cartpole_batch_final_observation_of_truncated_episodes():
+    batch = cartpole.CartPoleBatch(3, seed=4, max_episode_steps=3)
+    step = batch.reset()
+    assert step.final_observation is step.observation      # nothing ended: no copy
+    for t in range(3):
+        before = batch.state.copy()
+        actions = np.array([_balancing_action(o) for o in before])
+        step = batch.step(actions)
+        if t < 2:
+            assert not step.done.any()
+            np.testing.assert_array_equal(step.final_observation, step.observation)
+    assert step.truncated.all()
+    expected = np.stack([_gym_cartpole_step(before[i], actions[i]) for i in range(3)])
+    np.testing.assert_allclose(step.final_observation, expected, rtol=1e-6, atol=1e-7)
+    # The observation shows the new episodes' first states, drawn in [-0.05, 0.05].
+    assert np.abs(step.observation).max() <= 0.05
+    assert not np.allclose(step.observation, step.final_observation)
+
+
+def test_cartpole_batch_final_observation_of_terminated_episodes():
+    batch = cartpole.CartPoleBatch(4, seed=1)
+    batch.reset()
+    pushes = np.array([1, 0, 1, 0])       # constant pushes drop the pole within ~60 steps
+    seen = np.zeros(4, bool)
+    for _ in range(200):
+        before = batch.state.copy()
+        step = batch.step(pushes)
+        ended = step.terminated
+        if ended.any():
+            final = step.final_observation[ended]
+            x, theta = final[:, 0], final[:, 2]
+            assert ((np.abs(x) > cartpole.X_LIMIT) | (np.abs(theta) > cartpole.THETA_LIMIT)).all()
+            for i in np.flatnonzero(ended):
+                np.testing.assert_allclose(step.final_observation[i], _gym_cartpole_step(before[i], pushes[i]),
+                                           rtol=1e-6, atol=1e-7)
+            assert np.abs(step.observation[ended]).max() <= 0.05
+            seen |= ended
+        np.testing.assert_array_equal(step.final_observation[~step.done], step.observation[~step.done])
+        if seen.all():
+            break
+    assert seen.all()
+
+
+def test_tictactoe_batch_final_observation_is_the_finished_board():
+    batch = TicTacToeBatch(2)
+    batch.reset()
+    # env 0: player 0 wins on the top row at its third move; env 1 plays elsewhere.
+    moves = [(0, 4), (3, 0), (1, 8), (4, 1), (2, 2)]
+    for a0, a1 in moves[:-1]:
+        step = batch.step(np.array([a0, a1]))
+        assert step.final_observation is step.observation
+    step = batch.step(np.array(moves[-1]))
+    assert step.terminated.tolist() == [True, False]
+    board = np.full(9, -1)
+    board[[0, 1, 2]] = 0
+    board[[3, 4]] = 1
+    np.testing.assert_array_equal(step.final_observation[0], tictactoe.observation_planes(board, 1))
+    np.testing.assert_array_equal(step.observation[0], tictactoe.observation_planes(np.full(9, -1), 0))
+    np.testing.assert_array_equal(step.final_observation[1], step.observation[1])
+
+
+def test_loop_batch_final_observation():
+    batch = LoopEnvBatch([_CountdownEnv(2), _CountdownEnv(3, truncate=True)])
+    assert batch.reset().final_observation is not None
+    s1 = batch.step(np.array([0, 0]))
+    np.testing.assert_array_equal(s1.final_observation, s1.observation)
+    s2 = batch.step(np.array([0, 0]))      # env 0 terminates at t=2
+    assert s2.final_observation[:, 0].tolist() == [2, 2] and s2.observation[:, 0].tolist() == [0, 2]
+    s3 = batch.step(np.array([0, 0]))      # env 1 truncates at t=3
+    assert s3.final_observation[:, 0].tolist() == [1, 3] and s3.observation[:, 0].tolist() == [1, 0]
+
+
+def test_atari_vector_batch_final_observation_matches_an_uncapped_run():
+    pytest.importorskip("ale_py")
+    capped = envs.make_batch("atari", 2, seed=3, max_episode_frames=24, noop_max=0, sticky_actions=0.0)
+    free = envs.make_batch("atari", 2, seed=3, max_episode_frames=1000, noop_max=0, sticky_actions=0.0)
+    try:
+        capped.reset(), free.reset()
+        for _ in range(6):                         # 6 agent steps x 4 frames = the 24-frame cap
+            a = np.array([0, 1])
+            step, ref = capped.step(a), free.step(a)
+        assert step.truncated.all() and not ref.done.any()
+        np.testing.assert_array_equal(step.final_observation, ref.observation)
+        assert step.final_observation is not step.observation
+    finally:
+        capped.close(), free.close()

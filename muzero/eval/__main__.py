@@ -1,7 +1,9 @@
 """``python -m muzero.eval --export_dir=runs/cartpole/export/step-N``: play an exported model.
 
-Loads the SavedModel (no training code), runs greedy MuZero search (temperature 0,
-no root noise) over ``--num_envs`` envs and prints the mean episode return. For
+Loads the SavedModel (no training code) and plays it greedily over ``--num_envs``
+envs: a MuZero export by search (temperature 0, no root noise), a policy export
+(V-trace, PPO: ``muzero_export.json`` names the algorithm) by its greedy action.
+Prints the mean episode return. For
 tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
 perfect player and prints wins, draws and losses.
 
@@ -32,9 +34,18 @@ def main(argv):
 
     import numpy as np
 
+    from muzero.algorithms.policy_export import evaluate_policy, is_policy_export
     from muzero.eval.evaluator import evaluate, load_run, search_config_from_run
     if not FLAGS.export_dir:
         raise ValueError("--export_dir is required")
+    options = json.loads(FLAGS.env_options) if FLAGS.env_options else None
+    if is_policy_export(FLAGS.export_dir):
+        if FLAGS.opponent != "none" or FLAGS.simulations is not None:
+            raise ValueError("--opponent and --simulations apply to MuZero exports only")
+        result = evaluate_policy(FLAGS.export_dir, env=FLAGS.env, env_options=options, episodes=FLAGS.episodes,
+                                 num_envs=FLAGS.num_envs, seed=FLAGS.seed)
+        print(f"episodes={len(result['returns'])} mean_return={result['mean_return']:.2f}")
+        return
     run = load_run(FLAGS.export_dir) or {}
     search_config = search_config_from_run(run) if run else None
     if FLAGS.simulations is not None:
@@ -50,7 +61,6 @@ def main(argv):
         else:
             rng = np.random.default_rng(FLAGS.seed)
             opponent = lambda board, to_play: int(rng.choice(np.flatnonzero(board == EMPTY)))  # noqa: E731
-    options = json.loads(FLAGS.env_options) if FLAGS.env_options else None
     result = evaluate(FLAGS.export_dir, FLAGS.episodes, num_envs=FLAGS.num_envs, seed=FLAGS.seed,
                       env=FLAGS.env, env_options=options, search_config=search_config, opponent=opponent)
     print(f"episodes={len(result['returns'])} mean_return={result['mean_return']:.2f}")

@@ -127,9 +127,8 @@ def build_settings():
             raise UsageError(str(e)) from None
         try:
             settings = builder.default_settings(FLAGS.env)
-        except ValueError:
-            raise UsageError(f"--env={FLAGS.env!r} is not a known env for --algo={FLAGS.algo}; known: "
-                             f"{', '.join(builder.known_envs())}") from None
+        except ValueError as e:
+            raise UsageError(f"--env={FLAGS.env!r} is not a known env for --algo={FLAGS.algo} ({e})") from None
     try:
         options = json.loads(FLAGS.env_options)
     except json.JSONDecodeError as e:

@@ -14,9 +14,6 @@ class MuZeroBuilder(core.Builder):
     def default_settings(self, env: str):
         return defaults.run_defaults(env)
 
-    def known_envs(self) -> list:
-        return defaults.known_envs()
-
     def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
         from muzero.algorithms.muzero.learning import MuZeroLearner
         return MuZeroLearner(settings, descriptor, context, trainable_parts=trainable_parts)

@@ -1,0 +1,338 @@
+"""Thin step-streaming actors: step E envs, send observations and rewards, get actions back.
+
+The counterpart of ``muzero.algorithms.streaming.StepStreamingService`` (SEED RL's actor):
+no network, no search, no trajectory building here. One call per env step carries, for
+the actor's E envs (ids ``env_id_base + arange(E)``), the last transition's reward,
+terminated and truncated flags and the observation now shown (plus, where an episode was
+truncated, the observation it ended on), and returns the E actions.
+
+Run ids: every start draws a random non-zero int64 run id, sent with every row; the
+server restarts an env's state when the id changes. After a failed call (the learner
+restarted, or a call timed out) the actor waits for the server with back-off, draws a
+NEW run id and resets its envs, so the server never joins steps from before and after
+the gap (the interrupted episodes count as abandoned there).
+
+Imports grpc and numpy, never TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import secrets
+import signal
+import threading
+import time
+from typing import Callable, Optional
+
+import grpc
+import numpy as np
+
+import envs
+from muzero.algorithms.streaming import STREAMING_SERVICE
+from muzero.rpc import wire
+from muzero.rpc.client import ServerError, open_channel
+from muzero.rpc.config import ClientConfig
+
+# Call failures after which the actor reconnects (new run id, envs reset) instead of failing.
+_RECONNECT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED)
+
+
+class BadActionError(RuntimeError):
+    """The server answered actions that must not reach the envs (wrong shape or dtype,
+    out of [0, A), non-finite)."""
+
+
+class StreamingClient:
+    """Client of the ``muzero.Streaming`` methods; one per actor, used by one thread.
+
+    ``address`` is "host:port"; ``config`` sets timeouts, back-off, TLS and the token
+    (as for ``muzero.rpc.client.InferenceClient``).
+    """
+
+    def __init__(self, address: str, *, config: ClientConfig = ClientConfig()):
+        self.address, self.config = address, config
+        self._channel, self._metadata = open_channel(address, config)
+        self._info = self._channel.unary_unary(f"/{STREAMING_SERVICE}/stream_info")
+        self._inference = self._channel.unary_unary(f"/{STREAMING_SERVICE}/inference")
+        self.calls = self.bytes_sent = self.bytes_received = 0
+
+    def info(self, timeout: Optional[float] = None) -> dict:
+        """Waits up to ``timeout`` (default connect_timeout_s) for the server; returns
+        ``stream_info`` as Python values: ``observation_shape``/``action_shape`` tuples,
+        ``observation_dtype``/``action_dtype`` numpy dtypes, the rest ints.
+
+        Raises ConnectionError when no server answers in time, ServerError for any other
+        failure (e.g. UNIMPLEMENTED: that server runs no streaming service)."""
+        timeout = self.config.connect_timeout_s if timeout is None else timeout
+        try:
+            response = self._info(wire.encode({}), timeout=timeout, metadata=self._metadata,
+                                  wait_for_ready=True)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                raise ConnectionError(f"no streaming server reachable at {self.address} within "
+                                      f"{timeout:g} s") from None
+            raise ServerError.from_rpc("stream_info", e) from None
+        out = {k: (v.item() if v.ndim == 0 else v) for k, v in wire.decode(response).items()}
+        for k in ("observation_shape", "action_shape"):
+            out[k] = tuple(int(d) for d in out[k])
+        for k in ("observation_dtype", "action_dtype"):
+            out[k] = wire.DTYPE_CODES[int(out[k])]
+        return out
+
+    def inference(self, env_ids, run_ids, rewards, terminated, truncated, observations,
+                  final_observations=None) -> tuple:
+        """One step of B envs -> (actions [B, *action_shape], weights_version int).
+
+        env_ids [B] (sent as int32), run_ids [B] or a scalar (int64), rewards [B] (float32),
+        terminated / truncated [B] bool, observations [B, *obs] in the server's observation
+        dtype, final_observations [B, *obs] (required when any truncated). One attempt;
+        a failure raises ServerError (the actor decides whether to reconnect)."""
+        env_ids = np.asarray(env_ids, np.int32)
+        b = len(env_ids)
+        fields = {"env_ids": env_ids,
+                  "run_ids": np.broadcast_to(np.asarray(run_ids, np.int64), (b,)),
+                  "rewards": np.asarray(rewards, np.float32),
+                  "terminated": np.asarray(terminated, bool),
+                  "truncated": np.asarray(truncated, bool),
+                  "observations": observations}
+        if final_observations is not None:
+            fields["final_observations"] = final_observations
+        payload = wire.encode(fields)
+        try:
+            response = self._inference(payload, timeout=self.config.call_timeout_s,
+                                       metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ServerError.from_rpc("inference", e) from None
+        self.calls += 1
+        self.bytes_sent += len(payload)
+        self.bytes_received += len(response)
+        out = wire.decode(response)
+        return out["actions"], int(out["weights_version"])
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamingActorSettings:
+    """Everything one thin actor process needs (picklable: it crosses a spawn).
+
+    ``num_envs`` envs with server env ids ``env_id_base + arange(num_envs)``; env i is
+    seeded from ``seed`` and its env id. ``evaluation`` says which id range the actor
+    expects to own (checked against the server's ``stream_info``; the server decides how
+    an env acts by its id). ``max_env_steps`` (all envs together; 0 = until stopped).
+    """
+
+    server: str
+    env: str
+    env_options: dict = dataclasses.field(default_factory=dict)
+    num_envs: int = 16
+    env_id_base: int = 0
+    seed: int = 0
+    evaluation: bool = False
+    client_config: Optional[ClientConfig] = None
+    max_env_steps: int = 0
+
+    def __post_init__(self):
+        for name, lo in (("num_envs", 1), ("env_id_base", 0), ("seed", 0), ("max_env_steps", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"StreamingActorSettings.{name}={value!r} must be an integer >= {lo}")
+        if not isinstance(self.env_options, dict):
+            raise ValueError(f"StreamingActorSettings.env_options={self.env_options!r} must be a dict")
+
+
+def new_run_id() -> int:
+    """A random non-zero int64 (0 means 'never seen' on the server)."""
+    return secrets.randbits(63) or 1
+
+
+class StreamingActor:
+    """The loop of one thin actor against a ``StreamingClient``."""
+
+    def __init__(self, settings: StreamingActorSettings, client: StreamingClient,
+                 stop_event: Optional[threading.Event] = None, log: Callable[[str], None] = print):
+        s = settings
+        self.settings, self.client, self.log = s, client, log
+        self.stop_event = stop_event or threading.Event()
+        self.batch = envs.make_batch(s.env, s.num_envs, seed=s.seed * 100_003 + s.env_id_base * 1009,
+                                     **s.env_options)
+        self.descriptor = self.batch.descriptor
+        self.env_ids = (s.env_id_base + np.arange(s.num_envs)).astype(np.int32)
+        self.run_id = new_run_id()
+        self.info: dict = {}
+        self.env_steps = 0          # env steps taken (all envs together)
+        self.calls = 0
+        self.reconnects = 0
+        self.bad_actions = 0
+        self.weights_version = 0
+
+    # -- connection -------------------------------------------------------------------------------
+    def _check_info(self, info: dict) -> None:
+        """The server must serve this env's spaces and own this actor's env ids."""
+        s, d = self.settings, self.descriptor
+        if info["observation_shape"] != tuple(d.observation_shape) or \
+                info["observation_dtype"] != np.dtype(d.observation_dtype):
+            raise ValueError(f"server observations are {info['observation_dtype']} "
+                             f"{list(info['observation_shape'])}; env {s.env!r} gives "
+                             f"{d.observation_dtype} {list(d.observation_shape)}")
+        if info["action_shape"] != () or info["action_dtype"].kind not in "iu":
+            raise ValueError(f"server actions are {info['action_dtype']} {list(info['action_shape'])}; "
+                             f"env {s.env!r} takes discrete actions")
+        if info["num_actions"] != d.num_actions:
+            raise ValueError(f"server num_actions={info['num_actions']}; env {s.env!r} has "
+                             f"{d.num_actions}")
+        nt, ne = info["num_train_envs"], info["num_eval_envs"]
+        lo, hi = s.env_id_base, s.env_id_base + s.num_envs
+        want = (nt, nt + ne) if s.evaluation else (0, nt)
+        if not (want[0] <= lo and hi <= want[1]):
+            kind = "evaluation" if s.evaluation else "training"
+            raise ValueError(f"env ids [{lo}, {hi - 1}] are not all {kind} env ids of the server: "
+                             f"its {kind} ids are [{want[0]}, {want[1] - 1}] (num_train_envs={nt}, "
+                             f"num_eval_envs={ne})")
+        if s.num_envs > info["max_batch"]:
+            raise ValueError(f"num_envs={s.num_envs} exceeds the server's max_batch {info['max_batch']}")
+
+    def connect(self) -> dict:
+        """Waits for the server, with back-off, for up to retry_timeout_s (at least one
+        connect_timeout_s); checks its spaces. Raises ConnectionError if none answers."""
+        cfg = self.client.config
+        give_up = time.monotonic() + max(cfg.retry_timeout_s, cfg.connect_timeout_s)
+        delay = cfg.backoff_initial_s
+        while True:
+            try:
+                info = self.client.info(timeout=min(cfg.connect_timeout_s,
+                                                    max(give_up - time.monotonic(), 0.01)))
+                break
+            except ConnectionError:
+                if time.monotonic() >= give_up or self.stop_event.is_set():
+                    raise
+            except ServerError as e:
+                if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                    raise ValueError(f"the server at {self.client.address} runs no step-streaming "
+                                     "service (a MuZero learner? check --algo)") from None
+                raise
+            self.stop_event.wait(min(delay, max(give_up - time.monotonic(), 0)) * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, cfg.backoff_max_s)
+        self._check_info(info)
+        self.info = info
+        return info
+
+    # -- acting -------------------------------------------------------------------------------------
+    def check_actions(self, actions: np.ndarray) -> np.ndarray:
+        """The server's actions, checked before they reach the envs: shape [E], an integer
+        dtype, values in [0, A). Anything else is counted and raises BadActionError."""
+        e, a = self.settings.num_envs, self.descriptor.num_actions
+        actions = np.asarray(actions)
+        problem = None
+        if actions.shape != (e,):
+            problem = f"shape {list(actions.shape)}, expected [{e}]"
+        elif actions.dtype.kind not in "iu":
+            bad = actions[~np.isfinite(actions)] if actions.dtype.kind == "f" else actions
+            problem = (f"non-finite values {bad[:4].tolist()}" if actions.dtype.kind == "f" and bad.size
+                       else f"dtype {actions.dtype}, expected an integer dtype")
+        elif actions.min() < 0 or actions.max() >= a:
+            bad = actions[(actions < 0) | (actions >= a)]
+            problem = f"values {bad[:4].tolist()} outside [0, {a - 1}]"
+        if problem is not None:
+            self.bad_actions += 1
+            raise BadActionError(f"streaming actor (env ids {int(self.env_ids[0])}..{int(self.env_ids[-1])}): "
+                                 f"the server returned unusable actions: {problem}; not stepping the envs")
+        return actions
+
+    def _reconnect(self, error: ServerError) -> None:
+        self.reconnects += 1
+        self.log(f"streaming actor {self.settings.env_id_base}: {error.code.name if error.code else error}; "
+                 "reconnecting with a new run id")
+        self.connect()
+        self.run_id = new_run_id()
+
+    def run(self) -> None:
+        s = self.settings
+        e = s.num_envs
+        self.connect()
+        step = self.batch.reset()
+        first = True
+        zeros_f, zeros_b = np.zeros(e, np.float32), np.zeros(e, bool)
+        while not self.stop_event.is_set():
+            if first:
+                rewards, terminated, truncated, final = zeros_f, zeros_b, zeros_b, None
+            else:
+                rewards, terminated, truncated = step.reward, step.terminated, step.truncated
+                final = None
+                if truncated.any():
+                    final = step.final_observation
+                    if final is None:
+                        raise RuntimeError(f"env {s.env!r}: its EnvBatch reports truncation without "
+                                           "final_observation; streaming needs it to bootstrap")
+            try:
+                actions, self.weights_version = self.client.inference(
+                    self.env_ids, self.run_id, rewards, terminated, truncated, step.observation, final)
+            except ServerError as err:
+                if err.code not in _RECONNECT_CODES or self.stop_event.is_set():
+                    raise
+                self._reconnect(err)
+                step, first = self.batch.reset(), True
+                continue
+            self.calls += 1
+            step = self.batch.step(self.check_actions(actions))
+            first = False
+            self.env_steps += e
+            if s.max_env_steps and self.env_steps >= s.max_env_steps:
+                break
+
+
+def run_streaming_actor(settings: StreamingActorSettings,
+                        stop_event: Optional[threading.Event] = None) -> None:
+    """Process entry point: connect, stream until SIGTERM/SIGINT (main thread only),
+    ``stop_event`` (for threads and tests) or ``max_env_steps``."""
+    client = StreamingClient(settings.server, config=settings.client_config or ClientConfig())
+    try:
+        actor = StreamingActor(settings, client, stop_event)
+    except BaseException:
+        client.close()
+        raise
+
+    def stop(signum, frame):
+        actor.stop_event.set()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, stop)
+    try:
+        actor.run()
+    finally:
+        try:
+            client.close()
+        finally:
+            actor.batch.close()
+
+
+def streaming_actor_args(settings, index: int, address: str, client_config) -> tuple:
+    """``(StreamingActorSettings,)`` for actor ``index`` of a run (``muzero.learner.settings.
+    RunSettings``): indices < num_actors are training actors with env ids
+    ``index * envs_per_actor + arange(envs_per_actor)``; the next num_eval_actors are
+    evaluation actors with ids from ``num_actors * envs_per_actor + (index - num_actors) *
+    eval_envs_per_actor`` (matching a service with num_train_envs = num_actors *
+    envs_per_actor and num_eval_envs = num_eval_actors * eval_envs_per_actor)."""
+    n_train, n_eval = settings.num_actors, settings.num_eval_actors
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_train + n_eval:
+        raise ValueError(f"actor index {index!r} is out of range [0, {n_train + n_eval - 1}] "
+                         f"(num_actors={n_train}, num_eval_actors={n_eval})")
+    evaluation = index >= n_train
+    if evaluation:
+        num_envs = settings.eval_envs_per_actor
+        base = n_train * settings.envs_per_actor + (index - n_train) * num_envs
+    else:
+        num_envs = settings.envs_per_actor
+        base = index * num_envs
+    return (StreamingActorSettings(server=address, env=settings.env, env_options=dict(settings.env_options),
+                                   num_envs=num_envs, env_id_base=base, seed=settings.seed,
+                                   evaluation=evaluation, client_config=client_config),)
