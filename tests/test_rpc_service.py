@@ -141,7 +141,9 @@ def test_cache_isolation_between_two_actors(env):
 
 
 def test_new_run_id_frees_the_old_slots():
-    server, service, _ = _server(cache_slots=4)
+    # One lease may take the whole cache here; a new run takes the lease over once the old
+    # one has idled supersede_idle_s (the client retries the UNAVAILABLE answer until then).
+    server, service, _ = _server(cache_slots=4, max_lease_slots_fraction=1.0, supersede_idle_s=0.3)
     try:
         addr = f"127.0.0.1:{server.port}"
         old = InferenceClient(addr, actor_id=7, run_id=1, config=FAST)
@@ -165,7 +167,7 @@ def test_new_run_id_frees_the_old_slots():
 
 
 def test_silent_leases_are_reclaimed_and_the_client_recovers():
-    server, service, _ = _server(cache_slots=2, lease_timeout_s=0.5)
+    server, service, _ = _server(cache_slots=2, lease_timeout_s=0.5, max_lease_slots_fraction=1.0)
     try:
         addr = f"127.0.0.1:{server.port}"
         a = InferenceClient(addr, actor_id=1, config=FAST)
@@ -369,3 +371,150 @@ def test_other_methods_validate(env, method, request_, field):
         request_ = dict(request_, lease=np.int64(c._lease))
     got_code, details = _bad(server.port, method, request_)
     assert got_code == grpc.StatusCode.INVALID_ARGUMENT and field in details, details
+
+
+# -- lease rules: who may end a live lease, how many slots one lease may take -------------------
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _table(**kw):
+    from muzero.rpc.latent_cache import LeaseTable
+    clock = _Clock()
+    kw.setdefault("supersede_idle_s", 3.0)
+    return LeaseTable(8, 4, 300.0, clock, **kw), clock
+
+
+def test_register_of_another_run_is_refused_while_the_lease_is_used():
+    from muzero.rpc.server import RequestError
+    table, clock = _table()
+    lease = table.register(actor_id=0, run_id=1, num_envs=2, num_nodes=4)
+    clock.now += 1.0
+    with pytest.raises(RequestError) as e:
+        table.register(actor_id=0, run_id=666, num_envs=2, num_nodes=4)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "actor_id=0" in e.value.message and "used 1.0 s ago" in e.value.message
+    assert "retry in 2.0 s" in e.value.message
+    # Nothing changed: the old lease is live and still the actor's.
+    assert table.get(lease.lease_id) is lease and lease.alive
+    assert table.num_active == 1 and table.free_slots == 6
+    clock.now += 2.9                       # used 2.9 s ago by the get above: still refused
+    with pytest.raises(RequestError):
+        table.register(0, 666, 2, 4)
+    clock.now += 3.0                       # idle 3.0 s: a new run takes over
+    new = table.register(0, 666, 2, 4)
+    assert not lease.alive and table.ended_reason(lease.lease_id) == "lease-superseded"
+    assert table.num_active == 1 and table.get(new.lease_id) is new
+
+
+def test_same_run_re_registers_at_once():
+    table, clock = _table()
+    lease = table.register(5, run_id=42, num_envs=3, num_nodes=4)
+    clock.now += 0.01
+    again = table.register(5, run_id=42, num_envs=3, num_nodes=4)
+    assert not lease.alive and again.alive and table.free_slots == 5
+    # Other actor ids are independent.
+    table.register(6, run_id=7, num_envs=1, num_nodes=4)
+    assert table.num_active == 2
+
+
+def test_refused_registers_change_nothing():
+    from muzero.rpc.server import RequestError
+    table, clock = _table(max_lease_slots=4)
+    a = table.register(1, 1, 4, 4)
+    b = table.register(2, 2, 2, 4)
+    table.register(3, 3, 1, 4)                     # 1 slot left
+    clock.now += 10
+    # b's actor re-registers asking for more than the free slots plus its own: refused,
+    # and its old lease survives.
+    with pytest.raises(RequestError) as e:
+        table.register(2, 2, 4, 4)
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and b.alive and a.alive
+    assert "3 free cache slots" in e.value.message
+    assert table.register(2, 2, 3, 4).num_envs == 3 and not b.alive   # 2 own + 1 free
+    with pytest.raises(RequestError) as e:
+        table.register(4, 4, 5, 4)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "num_envs=5" in e.value.message and "[1, 4]" in e.value.message
+    assert table.num_active == 3 and table.free_slots == 0
+
+
+def test_one_lease_takes_at_most_half_the_cache(env):
+    server, service, _, client = env               # cache_slots=8
+    port = server.port
+    info = _call(port, "model_info", {})
+    assert int(info["max_envs"]) == 4
+    code, details = _bad(port, "register", {"actor_id": np.int64(30), "run_id": np.int64(1),
+                                            "num_envs": np.int64(5), "num_nodes": np.int64(4)})
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "num_envs=5" in details and "max_envs=4" in details and "cache_slots=8" in details
+    c = client(actor_id=30)
+    assert c.register(4, 4)["max_envs"] == 4
+    assert service.leases.free_slots == 4
+    with pytest.raises(config_error()):
+        CacheServiceConfig(max_lease_slots_fraction=0.0)
+    with pytest.raises(config_error()):
+        CacheServiceConfig(max_lease_slots_fraction=1.5)
+    with pytest.raises(config_error()):
+        CacheServiceConfig(supersede_idle_s=-1.0)
+    assert CacheServiceConfig().supersede_idle_s == 3.0
+    assert CacheServiceConfig().max_lease_slots_fraction == 0.5
+
+
+def config_error():
+    from muzero.config import ConfigError
+    return ConfigError
+
+
+def test_hostile_register_leaves_the_lease_working_and_a_restart_still_works():
+    server, service, _ = _server(supersede_idle_s=0.4)
+    try:
+        addr = f"127.0.0.1:{server.port}"
+        actor = InferenceClient(addr, actor_id=0, config=FAST)
+        actor.register(2, 4)
+        actor.initial_inference(OBS)
+        # Another local process names the same actor id with any run id while the lease
+        # is in use: refused, nothing changes.
+        code, details = _bad(server.port, "register", {
+            "actor_id": np.int64(0), "run_id": np.int64(12345), "num_envs": np.int64(2),
+            "num_nodes": np.int64(4)})
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert "actor_id=0 holds a lease" in details and "retry in" in details
+        assert actor.recurrent_inference([0, 0], [2, 0], [1, 1])[1].tolist() == [16, 2]
+        assert service.leases.num_active == 1 and actor.reregistrations == 0
+        # The actor "restarts": a new process, same actor id, new run id. Its register is
+        # retried (UNAVAILABLE) until the dead predecessor's lease has idled 0.4 s.
+        t0 = time.monotonic()
+        restarted = InferenceClient(addr, actor_id=0, config=FAST)
+        restarted.register(2, 4)
+        assert 0.2 < time.monotonic() - t0 < 5
+        assert restarted.initial_inference(OBS)["value"].tolist() == [6, 1]
+        with pytest.raises(LeaseLostError) as e:
+            actor.recurrent_inference([1, 0], [1, 1], [2, 2])
+        assert e.value.tag == "lease-superseded"
+        assert service.leases.num_active == 1
+        restarted.close()
+        actor._channel.close()
+    finally:
+        server.stop()
+
+
+def test_non_finite_observations_are_refused_naming_the_field():
+    server, service, _ = _server()
+    try:
+        client = InferenceClient(f"127.0.0.1:{server.port}", actor_id=3, config=FAST)
+        client.register(2, 4)
+        bad = np.array([[0.0, np.nan], [1.0, 1.0]], np.float32)
+        with pytest.raises(ServerError) as e:
+            client.initial_inference(bad)
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "observation holds a non-finite value" in e.value.details
+        assert client.initial_inference(np.ones((2, 2), np.float32))["value"].tolist() == [2, 2]  # still serving
+        client.close()
+    finally:
+        server.stop()

@@ -42,3 +42,24 @@ def test_reanalysed_bootstrap_uses_the_trained_networks_value():
 def test_reanalyse_values_must_be_a_bool():
     with pytest.raises(ConfigError, match="reanalyse_values"):
         TargetConfig(reanalyse_values=1)
+
+
+def test_episode_reports_with_absurd_returns_are_refused():
+    # A report of a 3e38 return once turned the progress line into a 39-digit number.
+    import dataclasses
+    from muzero import algorithms, core
+    from muzero.algorithms.muzero.learning import MuZeroLearner
+    settings = algorithms.get("muzero").default_settings("cartpole")
+    settings = dataclasses.replace(settings, config=dataclasses.replace(
+        settings.config, network=dataclasses.replace(settings.config.network, mlp_hidden_size=8, latent_size=4,
+                                                     head_hidden_size=8)))
+    context = core.RunContext()
+    learner = MuZeroLearner(settings, EnvDescriptor("cartpole", (4,), "float32", 2), context)
+    report = {"report": np.bool_(True), "episode_return": np.array([3e38], np.float32),
+              "episode_length": np.array([10], np.int32), "evaluation": np.bool_(True)}
+    with pytest.raises(ValueError, match="within 1e\\+06"):
+        learner.push_segments([report])
+    report["episode_return"] = np.array([12.0], np.float32)
+    learner.push_segments([report])
+    assert context.episodes.mean_return(True) == 12.0
+    learner.close()

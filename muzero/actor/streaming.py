@@ -276,7 +276,12 @@ class StreamingActor:
                 actions, self.weights_version = self.client.inference(
                     self.env_ids, self.run_id, rewards, terminated, truncated, step.observation, final)
             except ServerError as err:
-                if err.code not in _RECONNECT_CODES or self.stop_event.is_set():
+                # Another client named one of this actor's env ids in the same batch (a second
+                # actor started with an overlapping --env_id_base, or a stray client): the server
+                # refused this call and applied none of it. Start over under a new run id.
+                clash = (err.code == grpc.StatusCode.INVALID_ARGUMENT
+                         and "is also named by another request" in (err.details or ""))
+                if (err.code not in _RECONNECT_CODES and not clash) or self.stop_event.is_set():
                     raise
                 self._reconnect(err)
                 step, first = self.batch.reset(), True

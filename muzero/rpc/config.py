@@ -120,6 +120,17 @@ class CacheServiceConfig:
     max_nodes: int = 51
     # Leases of actors silent this long are reclaimed.
     lease_timeout_s: float = 300.0
+    # A register naming an actor_id that holds a live lease ends that lease only when it
+    # comes from the same run_id (the same run re-registering, e.g. after a server
+    # restart) or when the old lease has been unused this long (a restarted actor's
+    # predecessor is dead, so its lease is idle); otherwise it is answered UNAVAILABLE
+    # (clients retry with back-off) and the live lease keeps working. Without this, any
+    # process that can reach the server could end an active actor's lease.
+    supersede_idle_s: float = 3.0
+    # Most cache slots one lease may take, as a fraction of cache_slots (at least one
+    # slot); register asks with a larger num_envs are refused (INVALID_ARGUMENT).
+    # model_info and register report the resulting max_envs.
+    max_lease_slots_fraction: float = 0.5
     # TensorFlow device of the latent cache (None: TensorFlow's default placement).
     device: Optional[str] = None
 
@@ -133,6 +144,8 @@ class CacheServiceConfig:
         _int(self, "cache_slots", 1, 2**24)
         _int(self, "max_nodes", 2, 1_000_001)
         _num(self, "lease_timeout_s", 0.0, 1e9, lo_open=True)
+        _num(self, "supersede_idle_s", 0.0, 1e9)
+        _num(self, "max_lease_slots_fraction", 0.0, 1.0, lo_open=True)
         _opt_str(self, "device")
 
 

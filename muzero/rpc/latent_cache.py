@@ -12,9 +12,15 @@ were meanwhile leased to someone else.
   TensorFlow so hidden states never round-trip through numpy.
 
 ``LeaseTable`` hands out slots: an actor registers ``(actor_id, run_id, num_envs,
-num_nodes)`` and receives a lease (random 63-bit id) over ``num_envs`` slots. A new
-registration by the same actor releases its previous lease (SEED's run-id rule);
-a lease not used for ``timeout_s`` seconds expires and its slots return to the pool.
+num_nodes)`` and receives a lease (random 63-bit id) over ``num_envs`` slots (at most
+``max_lease_slots``, so one caller cannot take the whole cache). A new registration
+by the same actor releases its previous lease (SEED's run-id rule), but only when it
+comes from the same run (re-registering, e.g. after a server restart) or the old lease
+has been idle for ``supersede_idle_s`` (a restarted actor's predecessor is dead, so its
+lease is idle); otherwise the registration is refused with ``UNAVAILABLE`` (retry
+later) and the live lease keeps working, so another local process cannot end an
+active actor's lease by naming its actor id.
+A lease not used for ``timeout_s`` seconds expires and its slots return to the pool.
 Ended leases are remembered (bounded) so a caller learns *why* its lease is gone:
 ``superseded`` (do not re-register: a newer run of this actor owns it),
 ``expired`` or ``unknown`` (e.g. the server restarted: register again).
@@ -63,9 +69,12 @@ class LeaseTable:
     while they write the cache, so a lease cannot die half-way through a batch."""
 
     def __init__(self, num_slots: int, max_nodes: int, timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, *, supersede_idle_s: float = 3.0,
+                 max_lease_slots: Optional[int] = None):
         self.num_slots, self.max_nodes, self.timeout_s = num_slots, max_nodes, timeout_s
         self.clock = clock
+        self.supersede_idle_s = float(supersede_idle_s)
+        self.max_lease_slots = num_slots if max_lease_slots is None else int(max_lease_slots)
         self.lock = threading.RLock()
         self._owner = np.full(num_slots, -1, np.int64)      # [slots] lease id or -1
         self._leases: dict[int, Lease] = {}
@@ -82,18 +91,39 @@ class LeaseTable:
         return int(np.count_nonzero(self._owner < 0))
 
     def register(self, actor_id: int, run_id: int, num_envs: int, num_nodes: int) -> Lease:
+        """A new lease; RequestError INVALID_ARGUMENT (num_envs above max_lease_slots),
+        UNAVAILABLE (actor_id holds a lease of another run used within supersede_idle_s:
+        retry later) or RESOURCE_EXHAUSTED (not enough free slots)."""
+        if not 1 <= num_envs <= self.max_lease_slots:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"register: num_envs={num_envs} is out of range [1, {self.max_lease_slots}] "
+                f"(one lease may take at most {self.max_lease_slots} of the "
+                f"{self.num_slots} cache slots)")
         with self.lock:
             now = self.clock()
             self._reclaim_expired(now)
-            old = self._by_actor.get(actor_id)
-            if old is not None:
-                self._end(old, LEASE_SUPERSEDED)
-            free = np.flatnonzero(self._owner < 0)
-            if len(free) < num_envs:
+            old_id = self._by_actor.get(actor_id)
+            if old_id is not None:
+                old = self._leases[old_id]
+                idle = now - old.last_seen
+                if old.run_id != run_id and idle < self.supersede_idle_s:
+                    wait = self.supersede_idle_s - idle
+                    raise RequestError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"register: actor_id={actor_id} holds a lease of another run_id, used "
+                        f"{idle:.1f} s ago; a new run takes it over once it has been idle for "
+                        f"{self.supersede_idle_s:g} s: retry in {wait:.1f} s")
+            # A refused registration changes nothing: check room before ending the old lease.
+            available = self.free_slots + (self._leases[old_id].num_envs if old_id is not None else 0)
+            if available < num_envs:
                 raise RequestError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"register: num_envs={num_envs} exceeds the {len(free)} free cache slots "
+                    f"register: num_envs={num_envs} exceeds the {available} free cache slots "
                     f"(cache_slots={self.num_slots}, {len(self._leases)} live leases)")
+            if old_id is not None:
+                self._end(old_id, LEASE_SUPERSEDED)
+            free = np.flatnonzero(self._owner < 0)
             lease_id = secrets.randbits(63) or 1
             while lease_id in self._leases or lease_id in self._ended:
                 lease_id = secrets.randbits(63) or 1

@@ -169,7 +169,10 @@ def decode(buf, *, max_tensors: int = DEFAULT_MAX_TENSORS) -> dict[str, np.ndarr
             raise WireError(f"tensor {name!r}: shape {tuple(shape)} needs {nbytes} bytes, "
                             f"{max(total - pos, 0)} remain")
         if size == 0:
-            arr = np.empty(shape, dtype)
+            try:   # numpy refuses empty shapes whose other dimensions overflow, e.g. (0, 2**32-1, 2**32-1)
+                arr = np.empty(shape, dtype)
+            except (ValueError, MemoryError) as e:
+                raise WireError(f"tensor {name!r}: shape {tuple(shape)} is not representable: {e}") from None
         else:
             arr = np.frombuffer(view, dtype, size, pos).reshape(shape)
             if code == 1 and arr.view(np.uint8).max() > 1:

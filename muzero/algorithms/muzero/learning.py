@@ -32,6 +32,7 @@ from muzero.network import export_saved_model, make_network, make_train_step
 from muzero.network.networks import PARTS
 from muzero.replay import Replay, ReplayClosedError
 from muzero.replay.augment import augment_board_batch
+from muzero.replay.store import MAX_ABS_SCALAR
 from muzero.rpc.server import RequestError
 
 # Longest a push waits for the rate limiter before answering RESOURCE_EXHAUSTED; well
@@ -160,8 +161,11 @@ class MuZeroLearner(core.Learner):
             if "report" in item:
                 returns = np.asarray(item.get("episode_return", []), np.float32).reshape(-1)
                 lengths = np.asarray(item.get("episode_length", []), np.int64).reshape(-1)
-                if returns.shape != lengths.shape or not np.all(np.isfinite(returns)):
-                    raise ValueError("report: episode_return and episode_length must be finite, same length")
+                if (returns.shape != lengths.shape or not np.all(np.isfinite(returns))
+                        or (returns.size and np.abs(returns).max() > MAX_ABS_SCALAR)
+                        or (lengths.size and (lengths.min() < 0 or lengths.max() > 2**40))):
+                    raise ValueError(f"report: episode_return must be finite and within {MAX_ABS_SCALAR:g}, "
+                                     "episode_length non-negative, both of the same length")
                 reports.append((returns, lengths, bool(item.get("evaluation", False))))
             else:
                 segments.append(item)

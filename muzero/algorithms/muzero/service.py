@@ -76,6 +76,13 @@ def _array(method: str, t: dict, name: str, dtype: np.dtype, shape: tuple) -> np
     return a
 
 
+def _finite(method: str, name: str, a: np.ndarray) -> np.ndarray:
+    """Float arrays must hold only finite values (NaN in, NaN out would reach the search)."""
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise invalid(f"{method}: {name} holds a non-finite value; observations must be finite")
+    return a
+
+
 def _batch_dim(method: str, t: dict, name: str, max_batch: int) -> int:
     a = t[name]
     if a.ndim < 1:
@@ -194,9 +201,15 @@ class MuZeroService(core.InferenceService):
         kwargs = {"device": config.device} if self.backend == "tensorflow" else {}
         self.cache = cache_cls(config.cache_slots, config.max_nodes, self.hidden_shape,
                                self.hidden_dtype, **kwargs)
-        self.leases = LeaseTable(config.cache_slots, config.max_nodes, config.lease_timeout_s)
+        # One lease takes at most max_lease_slots_fraction of the slots (at least one), and
+        # no more rows than one batch holds.
+        self.max_lease_slots = max(1, int(config.cache_slots * config.max_lease_slots_fraction))
+        self.max_envs = min(config.initial_max_batch, config.recurrent_max_batch,
+                            self.max_lease_slots)
+        self.leases = LeaseTable(config.cache_slots, config.max_nodes, config.lease_timeout_s,
+                                 supersede_idle_s=config.supersede_idle_s,
+                                 max_lease_slots=self.max_envs)
         self._runner = self._make_runner(model)
-        self.max_envs = min(config.initial_max_batch, config.recurrent_max_batch, config.cache_slots)
         self.server: Optional[BatchingServer] = None
 
     # -- model ------------------------------------------------------------------------------
@@ -315,7 +328,14 @@ class MuZeroService(core.InferenceService):
         _fields(m, t, ("actor_id", "run_id", "num_envs", "num_nodes"))
         actor_id = _scalar_int(m, t, "actor_id", -2**63, 2**63 - 1)
         run_id = _scalar_int(m, t, "run_id", -2**63, 2**63 - 1)
-        num_envs = _scalar_int(m, t, "num_envs", 1, self.max_envs)
+        num_envs = _scalar_int(m, t, "num_envs", -2**63, 2**63 - 1)
+        if not 1 <= num_envs <= self.max_envs:
+            cfg = self.config
+            raise invalid(f"{m}: num_envs={num_envs} is out of range [1, max_envs={self.max_envs}] "
+                          f"(max_envs = min(initial_max_batch={cfg.initial_max_batch}, "
+                          f"recurrent_max_batch={cfg.recurrent_max_batch}, "
+                          f"max_lease_slots_fraction={cfg.max_lease_slots_fraction:g} x "
+                          f"cache_slots={cfg.cache_slots}))")
         num_nodes = _scalar_int(m, t, "num_nodes", 2, self.config.max_nodes)
         lease = self.leases.register(actor_id, run_id, num_envs, num_nodes)
         info = self._model_info()
@@ -334,8 +354,12 @@ class MuZeroService(core.InferenceService):
         groups: dict[int, dict] = {}
         for name, arr in t.items():
             index, sep, field = name.partition("/")
-            if not sep or not index.isdigit() or not field:
-                raise invalid(f"push_segments: tensor name {name!r} must be '<segment index>/<field>'")
+            # ASCII decimal without leading zeros: str.isdigit() also accepts e.g. '³', which
+            # int() refuses, and '01' would alias segment 1.
+            if (not sep or not field or not index.isascii() or not index.isdigit()
+                    or (len(index) > 1 and index[0] == "0")):
+                raise invalid(f"push_segments: tensor name {name!r} must be '<segment index>/<field>' "
+                              "(index in ASCII decimal digits, no leading zeros)")
             groups.setdefault(int(index), {})[field] = arr
         if sorted(groups) != list(range(len(groups))):
             raise invalid(f"push_segments: segment indices {sorted(groups)[:8]}... must be 0..n-1")
@@ -371,7 +395,7 @@ class MuZeroService(core.InferenceService):
         m = "initial_inference"
         _fields(m, t, ("lease", "observation"), ("slots",))
         b = _batch_dim(m, t, "observation", self.config.initial_max_batch)
-        obs = _array(m, t, "observation", self.input_dtype, (b, *self.input_shape))
+        obs = _finite(m, "observation", _array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
         lease, rows = self._lease_and_rows(m, t, b)
         return Prepared(b, {"observation": obs, "rows": rows}, lease)
 
@@ -425,7 +449,7 @@ class MuZeroService(core.InferenceService):
         m = "initial_inference_ship"
         _fields(m, t, ("observation",))
         b = _batch_dim(m, t, "observation", self.config.initial_max_batch)
-        obs = _array(m, t, "observation", self.input_dtype, (b, *self.input_shape))
+        obs = _finite(m, "observation", _array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
         return Prepared(b, {"observation": obs})
 
     def _prep_recurrent_ship(self, t: dict, context):
