@@ -280,6 +280,7 @@ class Run:
                 self.log(f"stopping: {reason}")
                 break
         record["stop_reason"] = reason or "signal"
+        self._stopped_at = time.monotonic()   # shutdown time (stopping actors) is not run time
         return record
 
     def _progress(self, elapsed: float, env_rate: float, step_rate: float, metrics: dict) -> dict:
@@ -320,7 +321,8 @@ class Run:
 
     def checkpoint(self) -> str:
         start = getattr(self, "_session_start", None)
-        elapsed = time.monotonic() - start if start is not None else self.elapsed_before
+        now = getattr(self, "_stopped_at", None) or time.monotonic()
+        elapsed = now - start if start is not None else self.elapsed_before
         state = {"algo": self.settings.algo, "env": self.settings.env, "env_steps": self.env_steps,
                  "elapsed_s": elapsed}
         path = checkpoints.save_checkpoint(self.logdir, self.training_step, self.learner.save, state)
