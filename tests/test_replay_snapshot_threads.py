@@ -1,5 +1,7 @@
 """Replay snapshots (round trip, corruption, atomicity), rate limiter and thread safety."""
+import json
 import os
+import re
 import threading
 import time
 
@@ -219,3 +221,123 @@ def test_concurrent_inserts_and_samples_keep_state_consistent():
     # the ratio held both ways: 4 samples per step after warm-up, within the tolerance (64)
     # plus, on the insert side, one segment's worth (4 * 7) let in while at the limit
     assert 4 * (504 - 20) - 64 - 4 * 7 <= stats["sampled"] <= 4 * (504 - 20) + 64
+
+
+# ---------------------------------------------------------------- manifest integrity
+def _edit_manifest(directory, edit):
+    path = os.path.join(directory, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    edit(manifest)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+def _set(path, value):
+    def edit(manifest):
+        node = manifest
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value(node[last]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize("field,value", [
+    ("meta.store.head", lambda v: v ^ 4),             # one flipped bit: was accepted and carried forward
+    ("meta.store.tail", lambda v: v + 1),
+    ("meta.store.inserted_steps", lambda v: v + 8),
+    ("meta.store.max_priority", lambda v: v * 2),
+    ("meta.store.episodes", lambda v: v[:-1]),
+    ("meta.limiter.sampled", lambda v: v + 1),
+    ("meta.rng.state.state", lambda v: v ^ 1),
+    ("meta.seed", 4),
+    ("meta.target_config.td_steps", 5),
+    ("arrays.actions.sha256", lambda v: "0" * 64),
+    ("version", 1),                                   # does not switch the checksums off
+])
+def test_every_manifest_field_is_checksummed(tmp_path, field, value):
+    rep = filled_replay()
+    snap = str(tmp_path / "snap")
+    rep.snapshot(snap)
+    _edit_manifest(snap, _set(field, value))
+    with pytest.raises(ValueError, match=re.escape(f"'{field}'")) as info:
+        Replay.restore(snap)
+    assert isinstance(info.value, SnapshotError) and info.value.field == field
+    with pytest.raises(ValueError, match=re.escape(f"'{field}'")):
+        filled_replay(seed=4).load(snap)
+
+
+def test_missing_added_or_truncated_manifest_fields_fail_to_load(tmp_path):
+    rep = filled_replay()
+    snap = str(tmp_path / "snap")
+    rep.snapshot(snap)
+    pristine = open(os.path.join(snap, "manifest.json")).read()
+    _edit_manifest(snap, lambda m: m["meta"]["store"].pop("num_sampleable"))
+    with pytest.raises(ValueError, match="'meta.store.num_sampleable' is missing"):
+        Replay.restore(snap)
+    open(os.path.join(snap, "manifest.json"), "w").write(pristine)
+    _edit_manifest(snap, lambda m: m["meta"]["store"].update(extra=1))
+    with pytest.raises(ValueError, match="'meta.store.extra' is not covered by a checksum"):
+        Replay.restore(snap)
+    open(os.path.join(snap, "manifest.json"), "w").write(pristine)
+    _edit_manifest(snap, lambda m: m.pop("checksums"))
+    with pytest.raises(ValueError, match="no 'checksums'"):
+        Replay.restore(snap)
+    open(os.path.join(snap, "manifest.json"), "w").write(pristine[:len(pristine) // 2])
+    with pytest.raises(SnapshotError, match="unreadable manifest.json"):
+        Replay.restore(snap)
+    open(os.path.join(snap, "manifest.json"), "w").write(pristine)
+    assert Replay.restore(snap).num_steps == rep.num_steps
+
+
+@pytest.mark.parametrize("field,value", [
+    ("head", lambda v: v ^ 4), ("head", lambda v: v - 1), ("head", lambda v: v + 1000),
+    ("tail", lambda v: v + 8), ("seg_head", lambda v: v + 1), ("seg_tail", lambda v: v + 1),
+    ("num_sampleable", lambda v: v + 1), ("inserted_steps", lambda v: 3), ("max_priority", lambda v: 0.01),
+    ("episodes", lambda v: v + v[:1]), ("head", "72"),
+])
+def test_version_1_snapshot_counters_are_checked_against_the_arrays(tmp_path, field, value):
+    """Snapshots written before the checksums (version 1) still load; their counters must agree
+    with the arrays they describe, so a flipped one is named instead of carried forward."""
+    rep = filled_replay()
+    snap = str(tmp_path / "snap")
+    rep.snapshot(snap)
+
+    def as_version_1(manifest):
+        manifest.pop("checksums")
+        manifest["version"] = 1
+    _edit_manifest(snap, as_version_1)
+    assert Replay.restore(snap).stats() == rep.stats()
+    _edit_manifest(snap, _set(f"meta.store.{field}", value))
+    with pytest.raises(ValueError, match=re.escape(f"meta.store.{field}")) as info:
+        Replay.restore(snap)
+    # tail and seg_tail describe the same point (the oldest live step, its segment): either is named
+    assert info.value.field == f"meta.store.{'tail' if field == 'seg_tail' else field}"
+
+
+def test_counter_checks_accept_every_state_a_store_goes_through(tmp_path):
+    """Wrapping, eviction mid-episode, gaps and updated priorities never trip the checks."""
+    rc = ReplayConfig(capacity_steps=50, min_steps_to_sample=1)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=1), 0)
+    rng = np.random.default_rng(5)
+    live = list(range(6))          # episode ids being played; one that ends is replaced by a new id
+    starts = dict.fromkeys(live, 0)
+    for k in range(60):
+        slot = int(rng.integers(0, len(live)))
+        episode = live[slot]
+        start = starts[episode] + (5 if rng.random() < 0.1 else 0)   # sometimes a gap (lost segments)
+        t = int(rng.integers(1, 12))
+        done = bool(rng.random() < 0.15)
+        rep.insert(random_segment(VECTOR, rng, episode, start, t, terminated=done))
+        starts[episode] = start + t
+        if done:
+            live[slot] = 100 + k
+            starts[100 + k] = 0
+        if k % 7 == 0 and rep.can_sample(4):
+            batch = rep.sample(4)
+            rep.update_priorities(batch["index"], rng.random(4).astype(np.float32) * 3)
+        arrays, counters = rep._store.state()
+        snapshot_io.check_store_counters(arrays, json.loads(json.dumps(counters)))
+    rep.snapshot(str(tmp_path / "snap"))
+    assert Replay.restore(str(tmp_path / "snap")).stats() == rep.stats()

@@ -140,7 +140,42 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_older_one(tmp_path):
     assert any("ckpt-6 cannot be restored (JSONDecodeError" in line for line in lines)
     assert any(line.startswith(f"resumed from {tmp_path}/checkpoints/ckpt-3") for line in lines)
     assert any("removed 1 unfinished checkpoint write(s): .tmp-ckpt-7-123-456" in line for line in lines)
-    assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.startswith(".tmp")]
+    names = os.listdir(tmp_path / "checkpoints")
+    assert not [d for d in names if d.startswith(".tmp")]
+    # The damaged one is set aside, so pruning keeps two restorable ones (it used to keep the
+    # damaged ckpt-6 as one of the two and delete ckpt-3).
+    assert "damaged-ckpt-6" in names and sorted(d for d in names if d.startswith("ckpt-")) == ["ckpt-3", "ckpt-9"]
+
+
+def test_a_kill_between_the_renames_of_a_same_step_save_loses_nothing(tmp_path):
+    _run(tmp_path, max_train_steps=3).run()
+    root = tmp_path / "checkpoints"
+    # What a kill leaves between "move the old ckpt-3 aside" and "rename the new one in":
+    # both complete copies under .tmp- names, no ckpt-3.
+    os.replace(root / "ckpt-3", root / ".tmp-ckpt-3-99-1-previous")
+    lines = []
+    _run(tmp_path, lines, max_train_steps=4).run()
+    assert any("recovered 1 complete checkpoint(s) from an interrupted save: .tmp-ckpt-3-99-1-previous -> ckpt-3"
+               in line for line in lines)
+    assert any(line.startswith(f"resumed from {root}/ckpt-3: training step 3") for line in lines)
+
+
+def test_a_full_disk_while_writing_metrics_does_not_stop_training(tmp_path, monkeypatch):
+    import builtins
+    real_open = builtins.open
+    failures = {"left": 3}
+
+    def flaky_open(path, mode="r", *args, **kwargs):
+        if str(path).endswith("metrics.jsonl") and "a" in mode and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(28, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", flaky_open)
+    lines = []
+    record = _run(tmp_path, lines, max_train_steps=300).run()
+    assert record["stop_reason"] == "max_train_steps=300 reached"
+    assert sum("cannot write metrics (No space left on device)" in line for line in lines) == 1   # said once
+    assert os.path.getsize(tmp_path / "metrics.jsonl") > 0                                    # then resumed
 
 
 def test_a_logdir_of_another_env_is_refused_before_anything_is_written(tmp_path):

@@ -59,20 +59,45 @@ def checkpoints_newest_first(logdir: str) -> list:
     return paths
 
 
-def remove_temporary(logdir: str) -> list:
-    """Removes ``.tmp-*`` directories left by interrupted checkpoint writes; returns their names.
-    Call only while no other process writes checkpoints into this logdir."""
+def remove_temporary(logdir: str) -> tuple:
+    """Cleans up after interrupted checkpoint writes; returns (removed names, recovered names).
+
+    A complete ``.tmp-ckpt-<step>-...`` directory (it has state.json) whose ``ckpt-<step>``
+    is missing is renamed back: a kill between the two renames of a same-step save leaves
+    the only copy there. Everything else under ``.tmp-`` is removed. Call only while no
+    other process writes checkpoints into this logdir."""
     root = os.path.join(logdir, CHECKPOINTS)
     if not os.path.isdir(root):
-        return []
-    leftovers = [d for d in os.listdir(root) if d.startswith(".tmp-")]
-    for d in leftovers:
+        return [], []
+    removed, recovered = [], []
+    for d in sorted(os.listdir(root)):
+        if not d.startswith(".tmp-"):
+            continue
         path = os.path.join(root, d)
+        parts = d[len(".tmp-"):].split("-")
+        name = "-".join(parts[:2])
+        if (len(parts) >= 2 and parts[0] == "ckpt" and parts[1].isdigit() and os.path.isdir(path)
+                and os.path.isfile(os.path.join(path, STATE)) and not os.path.exists(os.path.join(root, name))):
+            os.replace(path, os.path.join(root, name))
+            recovered.append(f"{d} -> {name}")
+            continue
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
         else:
             os.remove(path)
-    return leftovers
+        removed.append(d)
+    return removed, recovered
+
+
+def set_aside(ckpt_dir: str) -> str:
+    """Renames a checkpoint that cannot be restored to ``damaged-ckpt-<step>`` (kept for a
+    post-mortem, never resumed from or counted among the kept checkpoints); returns the path."""
+    parent, name = os.path.split(ckpt_dir.rstrip(os.sep))
+    target = os.path.join(parent, f"damaged-{name}")
+    if os.path.exists(target):
+        shutil.rmtree(target, ignore_errors=True)
+    os.replace(ckpt_dir, target)
+    return target
 
 
 def atomic_write_text(path: str, text: str) -> None:

@@ -87,6 +87,7 @@ class Run:
         self.resumed_from: Optional[str] = None
         self.elapsed_before = 0.0   # wall time of earlier sessions of this run (from the checkpoint)
         self._first_signal = None
+        self._signal_notes: list = []   # filled by the signal handler, logged by the loop
 
     @property
     def training_step(self) -> int:
@@ -132,9 +133,12 @@ class Run:
                 if state.get("algo", self.settings.algo) != self.settings.algo:
                     raise ValueError(f"it was written by --algo={state.get('algo')}")
                 self.learner.restore(ckpt)
-            except Exception as e:  # a truncated or corrupt checkpoint: try the next older one
+            except Exception as e:  # a truncated or corrupt checkpoint: set it aside, try the next older one
+                aside = checkpoints.set_aside(ckpt)
                 self.log(f"checkpoint {ckpt} cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
-                         "trying an older one")
+                         f"moved to {aside}, trying an older one")
+                self.learner = self.builder.make_learner(self.settings, self.descriptor, self.context,
+                                                         trainable_parts=self.trainable_parts)
                 continue
             self.context.env_steps = int(state.get("env_steps", 0))
             self.elapsed_before = float(state.get("elapsed_s", 0.0))
@@ -147,9 +151,13 @@ class Run:
         candidates = checkpoints.checkpoints_newest_first(self.logdir)
         self._check_same_run(candidates)
         self._write_config()
-        leftovers = checkpoints.remove_temporary(self.logdir)
-        if leftovers:
-            self.log(f"removed {len(leftovers)} unfinished checkpoint write(s): {', '.join(leftovers)}")
+        removed, recovered = checkpoints.remove_temporary(self.logdir)
+        if recovered:
+            self.log(f"recovered {len(recovered)} complete checkpoint(s) from an interrupted save: "
+                     f"{', '.join(recovered)}")
+        if removed:
+            self.log(f"removed {len(removed)} unfinished checkpoint write(s): {', '.join(removed)}")
+        candidates = checkpoints.checkpoints_newest_first(self.logdir)
         self.learner = self.builder.make_learner(s, self.descriptor, self.context,
                                                  trainable_parts=self.trainable_parts)
         self.context.training_step = lambda: self.learner.training_step
@@ -192,15 +200,17 @@ class Run:
         def handler(signum, frame):
             name = signal.Signals(signum).name
             now = time.monotonic()
+            # Only record here: printing inside a signal handler can interrupt the main thread's
+            # own print ("reentrant call"); the loop and the shutdown log these notes.
             if self._first_signal is None:
                 self._first_signal = now
-                self.log(f"received {name}: stopping after a final checkpoint and export "
-                         "(press Ctrl-C again after 2 s to abort without them)")
+                self._signal_notes.append(f"received {name}: stopping after a final checkpoint and export "
+                                          "(press Ctrl-C again after 2 s to abort without them)")
                 self.stop_event.set()
             elif signum == signal.SIGINT and now - self._first_signal > DUPLICATE_SIGNAL_S:
                 raise KeyboardInterrupt
             else:
-                self.log(f"received {name} again: already stopping")
+                self._signal_notes.append(f"received {name} again: already stopping")
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
 
@@ -279,6 +289,7 @@ class Run:
             if reason:
                 self.log(f"stopping: {reason}")
                 break
+        self._log_signal_notes()
         record["stop_reason"] = reason or "signal"
         self._stopped_at = time.monotonic()   # shutdown time (stopping actors) is not run time
         return record
@@ -305,10 +316,18 @@ class Run:
             for key, value in stats.items():
                 if isinstance(value, (int, float)) and ("batch" in key or "latency" in key):
                     tf.summary.scalar(f"inference/{key}", value)
-        self.writer.flush()
-        with open(os.path.join(self.logdir, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps({k: (None if isinstance(v, float) and not np.isfinite(v) else v)
-                                for k, v in record.items()}) + "\n")
+        line = json.dumps({k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                           for k, v in record.items()}) + "\n"
+        try:
+            self.writer.flush()
+            with open(os.path.join(self.logdir, "metrics.jsonl"), "a") as f:
+                f.write(line)
+            self._metrics_failing = False
+        except OSError as e:   # a full disk: keep training; the progress line still prints
+            if not getattr(self, "_metrics_failing", False):
+                self.log(f"cannot write metrics ({e.strerror or e}); training goes on, records are "
+                         "skipped until the disk accepts them again")
+            self._metrics_failing = True
         alive = self.actors.alive() if self.actors is not None else 0
         data = " | ".join(f"{k.replace('_steps', '')} {v:.0f}" for k, v in extra.items() if k.endswith("_steps")
                           or k.endswith("_unrolls"))
@@ -329,10 +348,15 @@ class Run:
         self.log(f"checkpoint written: {path}")
         return path
 
+    def _log_signal_notes(self) -> None:
+        while self._signal_notes:
+            self.log(self._signal_notes.pop(0))
+
     def _shutdown(self) -> None:
         """Stops actors, writes the final checkpoint and export, then always closes the learner's
         data (waking blocked pushes), the service and the server, whatever failed before."""
         self.stop_event.set()
+        self._log_signal_notes()
         try:
             if self.actors is not None:
                 self.actors.stop()
@@ -341,6 +365,7 @@ class Run:
                     self.checkpoint()
                 except Exception as e:  # keep shutting down: a full disk must not hang the exit
                     self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
+                self._log_signal_notes()
                 if self.export:
                     try:
                         path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
