@@ -58,10 +58,44 @@ def check_bool(obj, field: str) -> None:
         _fail(type(obj).__name__, field, value, "must be true or false")
 
 
-def _check_choice(obj, field: str, choices: tuple) -> None:
+def check_choice(obj, field: str, choices: tuple) -> None:
     value = getattr(obj, field)
     if value not in choices:
         _fail(type(obj).__name__, field, value, f"must be one of {list(choices)}")
+
+
+def fail_field(obj, field: str, value: Any, allowed: str) -> None:
+    """Raises the ConfigError of every check: ``<Class>.<field>=<value> is invalid: <allowed>``."""
+    _fail(type(obj).__name__, field, value, allowed)
+
+
+class SectionedConfig:
+    """Base of an algorithm's config (a frozen dataclass): every field is a frozen section
+    dataclass, which ``--set=section.field=value`` addresses. Call ``coerce_sections()``
+    first in ``__post_init__``: sections given as dicts (from JSON) become dataclasses."""
+
+    def coerce_sections(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            cls, value = hints[f.name], getattr(self, f.name)
+            if isinstance(value, dict):
+                object.__setattr__(self, f.name, from_dict(cls, value))
+            elif not isinstance(value, cls):
+                fail_field(self, f.name, value, f"must be a {cls.__name__}")
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        return from_dict(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(json.loads(text))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,10 +342,10 @@ class TrainingConfig:
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
         check_bool(self, "augment_symmetries")
-        _check_choice(self, "optimizer", ("adam", "sgd"))
+        check_choice(self, "optimizer", ("adam", "sgd"))
         check_float(self, "momentum", 0.0, 1.0, hi_open=True)
         check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
-        _check_choice(self, "lr_schedule", ("constant", "cosine", "cosine_restarts"))
+        check_choice(self, "lr_schedule", ("constant", "cosine", "cosine_restarts"))
         check_int(self, "lr_decay_steps", 1)
         check_float(self, "lr_alpha", 0.0, 1.0)
         check_float(self, "weight_decay", 0.0, 1.0)
@@ -320,11 +354,11 @@ class TrainingConfig:
         check_float(self, "policy_loss_weight", 0.0)
         check_float(self, "gradient_clip_norm", 0.0)
         check_float(self, "hidden_gradient_scale", 0.0, 1.0)
-        _check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
+        check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
 
 
 @dataclasses.dataclass(frozen=True)
-class MuZeroConfig:
+class MuZeroConfig(SectionedConfig):
     """Everything a MuZero run needs, saved as ``config.json`` in the log directory."""
 
     search: SearchConfig = SearchConfig()
@@ -334,23 +368,10 @@ class MuZeroConfig:
     training: TrainingConfig = TrainingConfig()
 
     def __post_init__(self):
+        self.coerce_sections()
         if self.search.discount != self.targets.discount:
             _fail("MuZeroConfig", "targets.discount", self.targets.discount,
                   f"must equal search.discount ({self.search.discount})")
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "MuZeroConfig":
-        return from_dict(cls, data)
-
-    @classmethod
-    def from_json(cls, text: str) -> "MuZeroConfig":
-        return cls.from_dict(json.loads(text))
 
 
 def to_dict(config) -> dict:

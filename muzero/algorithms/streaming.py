@@ -66,7 +66,7 @@ from typing import Callable, Optional, Protocol, runtime_checkable
 import numpy as np
 
 from muzero import core
-from muzero.rpc import wire
+from muzero.rpc import checks, wire
 from muzero.rpc.server import BatchingServer, Prepared, invalid
 
 STREAMING_SERVICE = "muzero.Streaming"
@@ -113,34 +113,7 @@ class StreamingPolicy(Protocol):
         """[M, *obs] -> [M] float32: the behaviour policy's value (truncation bootstrap)."""
 
 
-# -- request validation (the style of the MuZero service's checks) ------------------------------
-
-def _fields(method: str, t: dict, required: tuple, optional: tuple = ()) -> None:
-    missing = [k for k in required if k not in t]
-    if missing:
-        raise invalid(f"{method}: missing field(s) {missing}; required: {list(required)}")
-    extra = sorted(set(t) - set(required) - set(optional))
-    if extra:
-        raise invalid(f"{method}: unknown field(s) {extra}; accepted: {list(required + optional)}")
-
-
-def _array(method: str, t: dict, name: str, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    a = t[name]
-    if a.dtype != dtype:
-        raise invalid(f"{method}: {name} must have dtype {dtype}, got {a.dtype}")
-    if a.shape != shape:
-        raise invalid(f"{method}: {name} must have shape {list(shape)}, got {list(a.shape)}")
-    return a
-
-
-def _batch_dim(method: str, t: dict, name: str, max_batch: int) -> int:
-    a = t[name]
-    if a.ndim < 1:
-        raise invalid(f"{method}: {name} must have a leading batch dimension, got shape []")
-    b = a.shape[0]
-    if not 1 <= b <= max_batch:
-        raise invalid(f"{method}: batch size {b} (from {name}) is out of range [1, {max_batch}]")
-    return b
+# -- request validation (shared checks in muzero.rpc.checks) ----------------------------------
 
 
 def _finite(method: str, name: str, a: np.ndarray, env_ids: np.ndarray,
@@ -158,12 +131,6 @@ def _finite(method: str, name: str, a: np.ndarray, env_ids: np.ndarray,
     row = r if rows is None else int(rows[r])
     raise invalid(f"{method}: {name} holds a non-finite value {bad} at row {row} "
                   f"(env_id {int(env_ids[row])})")
-
-
-def _np(x, dtype=None) -> np.ndarray:
-    if not isinstance(x, np.ndarray) and hasattr(x, "numpy"):
-        x = x.numpy()
-    return np.asarray(x, dtype=dtype)
 
 
 def _dtype(d) -> np.dtype:
@@ -231,7 +198,7 @@ class StepStreamingService(core.InferenceService):
         n, nt, L = self.num_envs, self.num_train_envs, self.length
         # -- per-env state [N, ...]
         self._run_id = np.zeros(n, np.int64)                       # 0: never seen
-        self._init_state = {k: _np(v).copy() for k, v in policy.initial_state(n).items()}
+        self._init_state = {k: checks.to_numpy(v).copy() for k, v in policy.initial_state(n).items()}
         for k, v in self._init_state.items():
             if v.ndim < 1 or v.shape[0] != n:
                 raise ValueError(f"policy.initial_state({n})[{k!r}] has shape {list(v.shape)}; "
@@ -274,28 +241,28 @@ class StepStreamingService(core.InferenceService):
         """Calls the policy once on 2 zero rows; checks shapes; returns the outputs' spec
         ``{name: (shape of one row, dtype)}``."""
         obs = np.zeros((2, *self.observation_shape), self.observation_dtype)
-        state = {k: _np(v) for k, v in self.policy.initial_state(2).items()}
+        state = {k: checks.to_numpy(v) for k, v in self.policy.initial_state(2).items()}
         if sorted(state) != sorted(self._init_state):
             raise ValueError(f"policy.initial_state keys differ between calls: {sorted(state)} "
                              f"vs {sorted(self._init_state)}")
         action, outputs, new_state = self.policy.act(
             obs, np.zeros((2, *self.action_shape), self.action_dtype), np.zeros(2, np.float32),
             state, np.array([False, True]))
-        action = _np(action)
+        action = checks.to_numpy(action)
         if action.shape != (2, *self.action_shape):
             raise ValueError(f"policy.act returned actions of shape {list(action.shape)} for 2 rows; "
                              f"expected {[2, *self.action_shape]}")
         self._check_state("policy.act new_state", new_state, 2)
         spec = {}
         for k, v in outputs.items():
-            v = _np(v)
+            v = checks.to_numpy(v)
             if k in _RESERVED or k.startswith("state/"):
                 raise ValueError(f"policy.act output {k!r} clashes with an unroll field; "
                                  f"reserved: {list(_RESERVED)} and 'state/*'")
             if v.ndim < 1 or v.shape[0] != 2:
                 raise ValueError(f"policy.act output {k!r} has shape {list(v.shape)} for 2 rows")
             spec[k] = (tuple(v.shape[1:]), v.dtype)
-        value = _np(self.policy.value(obs))
+        value = checks.to_numpy(self.policy.value(obs))
         if value.shape != (2,):
             raise ValueError(f"policy.value returned shape {list(value.shape)} for 2 rows; expected [2]")
         return spec
@@ -349,7 +316,7 @@ class StepStreamingService(core.InferenceService):
 
     # -- unary -------------------------------------------------------------------------------------
     def _stream_info(self, t: dict, context) -> dict:
-        _fields("stream_info", t, ())
+        checks.check_fields("stream_info", t, ())
         return {"num_train_envs": np.int64(self.num_train_envs),
                 "num_eval_envs": np.int64(self.num_eval_envs),
                 "observation_shape": np.array(self.observation_shape, np.int64),
@@ -366,15 +333,15 @@ class StepStreamingService(core.InferenceService):
     def _prepare(self, t: dict, context) -> Prepared:
         """Validates one request (in its gRPC worker thread)."""
         m = "inference"
-        _fields(m, t, _REQUIRED, _OPTIONAL)
-        b = _batch_dim(m, t, "env_ids", self.max_batch)
-        env_ids = _array(m, t, "env_ids", np.dtype(np.int32), (b,))
-        run_ids = _array(m, t, "run_ids", np.dtype(np.int64), (b,))
-        rewards = _array(m, t, "rewards", np.dtype(np.float32), (b,))
-        terminated = _array(m, t, "terminated", np.dtype(bool), (b,))
-        truncated = _array(m, t, "truncated", np.dtype(bool), (b,))
+        checks.check_fields(m, t, _REQUIRED, _OPTIONAL)
+        b = checks.batch_dim(m, t, "env_ids", self.max_batch)
+        env_ids = checks.array(m, t, "env_ids", np.dtype(np.int32), (b,))
+        run_ids = checks.array(m, t, "run_ids", np.dtype(np.int64), (b,))
+        rewards = checks.array(m, t, "rewards", np.dtype(np.float32), (b,))
+        terminated = checks.array(m, t, "terminated", np.dtype(bool), (b,))
+        truncated = checks.array(m, t, "truncated", np.dtype(bool), (b,))
         obs_shape = (b, *self.observation_shape)
-        observations = _array(m, t, "observations", self.observation_dtype, obs_shape)
+        observations = checks.array(m, t, "observations", self.observation_dtype, obs_shape)
         lo, hi = int(env_ids.min()), int(env_ids.max())
         if lo < 0 or hi >= self.num_envs:
             raise invalid(f"{m}: env_ids holds {lo if lo < 0 else hi}, out of range "
@@ -398,7 +365,7 @@ class StepStreamingService(core.InferenceService):
                           f"(env_id {int(env_ids[row])}); an episode ends one way")
         final = observations
         if "final_observations" in t:
-            final = _array(m, t, "final_observations", self.observation_dtype, obs_shape)
+            final = checks.array(m, t, "final_observations", self.observation_dtype, obs_shape)
             if truncated.any():
                 rows = np.flatnonzero(truncated)
                 _finite(m, "final_observations", final[rows], env_ids, rows)
@@ -510,11 +477,11 @@ class StepStreamingService(core.InferenceService):
                       if trunc_train.any() else None)
             version = self.weights_version
         b = len(env)
-        action = _np(action)
+        action = checks.to_numpy(action)
         if action.shape != (b, *self.action_shape):
             raise ValueError(f"policy.act returned actions of shape {list(action.shape)} for {b} rows")
         action = action.astype(self.action_dtype, copy=False)
-        new_state = {k: _np(v) for k, v in new_state.items()}
+        new_state = {k: checks.to_numpy(v) for k, v in new_state.items()}
         self._check_state("policy.act new_state", new_state, b)
         for k, v in new_state.items():
             self._state[k][env] = v
@@ -525,7 +492,7 @@ class StepStreamingService(core.InferenceService):
         if train.any():
             bootstrap = np.zeros(b, np.float32)
             if values is not None:
-                values = _np(values, np.float32)
+                values = checks.to_numpy(values, np.float32)
                 if values.shape != (int(trunc_train.sum()),):
                     raise ValueError(f"policy.value returned shape {list(values.shape)} for "
                                      f"{int(trunc_train.sum())} rows")
@@ -576,7 +543,7 @@ class StepStreamingService(core.InferenceService):
         views["bootstrap_value"][flat] = pick(bootstrap)
         views["action"][flat] = pick(action)
         for k in self.output_spec:
-            v = _np(outputs[k])
+            v = checks.to_numpy(outputs[k])
             if v.shape[:1] != (len(env),):
                 raise ValueError(f"policy.act output {k!r} has shape {list(v.shape)} for {len(env)} rows")
             views[k][flat] = pick(v)
@@ -635,3 +602,32 @@ class StepStreamingService(core.InferenceService):
             c["unrolls_delivered"] += delivered
             c["unrolls_dropped"] += dropped + errors
             c["sink_errors"] += errors
+
+
+class StreamingBuilder(core.Builder):
+    """A ``core.Builder`` base for algorithms fed by thin step-streaming actors: their service
+    is a ``StepStreamingService`` over the learner's policy, delivering unrolls of
+    ``config.training.unroll_length`` steps to ``learner.sink``, and their actors are
+    ``muzero.actor.streaming.run_streaming_actor``. Subclasses make the learner and settings."""
+
+    ingestion = "streaming"
+
+    def policy(self, learner):
+        """The ``StreamingPolicy`` the service runs (the learner's serving network)."""
+        return learner.policy
+
+    def make_service(self, settings, descriptor, learner, context, server_config):
+        return StepStreamingService(
+            self.policy(learner), num_train_envs=settings.num_actors * settings.envs_per_actor,
+            num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
+            unroll_length=settings.config.training.unroll_length, overlap=0,
+            sink=learner.sink, context=context)
+
+    def actor_target(self):
+        from muzero.actor.streaming import run_streaming_actor
+        return run_streaming_actor
+
+    def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
+        from muzero.actor.streaming import streaming_actor_args
+        return streaming_actor_args(settings, index, address, client_config)
+

@@ -154,3 +154,18 @@ def min_max_normalise(hidden: tf.Tensor) -> tf.Tensor:
     low = tf.reduce_min(hidden, axis=axes, keepdims=True)
     high = tf.reduce_max(hidden, axis=axes, keepdims=True)
     return (hidden - low) / tf.maximum(high - low, 1e-5)
+
+
+def variable_copier(sources, targets):
+    """A ``tf.function`` that assigns every variable of ``sources`` to the matching one of
+    ``targets`` in one graph call: how a learner copies its trained weights into the copy
+    that serves inference. Raises RuntimeError when the two structures differ."""
+    sources, targets = list(sources), list(targets)
+    if [v.shape for v in sources] != [v.shape for v in targets]:
+        raise RuntimeError("trained and served networks differ in structure")
+
+    @tf.function
+    def copy():
+        for target, source in zip(targets, sources):
+            target.assign(source)
+    return copy

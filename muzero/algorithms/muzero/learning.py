@@ -29,6 +29,7 @@ from muzero import core
 from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
 from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
 from muzero.network import export_saved_model, make_network, make_train_step
+from muzero.network.layers import variable_copier
 from muzero.network.networks import PARTS
 from muzero.replay import Replay, ReplayClosedError
 from muzero.replay.augment import augment_board_batch
@@ -79,15 +80,7 @@ class Trainer:
         self.optimizer.build(variables)
         self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
         self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
-        self._src = list(self.network.variables)
-        self._dst = list(self.serving.variables)
-        if [v.shape for v in self._src] != [v.shape for v in self._dst]:
-            raise RuntimeError("trained and served networks differ in structure")
-
-    @tf.function
-    def _copy_weights(self):
-        for dst, src in zip(self._dst, self._src):
-            dst.assign(src)
+        self._copy_weights = variable_copier(self.network.variables, self.serving.variables)
 
     def copy_to_serving(self, _model=None) -> None:
         """Copies trained weights into the serving network (call between inference batches)."""

@@ -38,7 +38,7 @@ import grpc
 import numpy as np
 
 from muzero import core
-from muzero.rpc import wire
+from muzero.rpc import checks, wire
 from muzero.rpc.config import CacheServiceConfig, ServerConfig
 from muzero.rpc.latent_cache import LeaseTable, NumpyLatentCache, TFLatentCache
 from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
@@ -46,65 +46,11 @@ from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 _OUTPUT_KEYS = ("value", "reward", "policy_logits", "hidden_state")
 
 
-def _fields(method: str, t: dict, required: tuple, optional: tuple = ()) -> None:
-    missing = [k for k in required if k not in t]
-    if missing:
-        raise invalid(f"{method}: missing field(s) {missing}; required: {list(required)}")
-    extra = sorted(set(t) - set(required) - set(optional))
-    if extra:
-        raise invalid(f"{method}: unknown field(s) {extra}; accepted: {list(required + optional)}")
-
-
-def _scalar_int(method: str, t: dict, name: str, lo: int, hi: int) -> int:
-    a = t[name]
-    if a.shape != () or a.dtype.kind not in "iu":
-        raise invalid(f"{method}: {name} must be a 0-d integer tensor, got dtype {a.dtype} "
-                      f"shape {list(a.shape)}")
-    v = int(a)
-    if not lo <= v <= hi:
-        raise invalid(f"{method}: {name}={v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _array(method: str, t: dict, name: str, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    """shape: expected shape, -1 for the batch dimension already fixed by the caller."""
-    a = t[name]
-    if a.dtype != dtype:
-        raise invalid(f"{method}: {name} must have dtype {dtype}, got {a.dtype}")
-    if a.shape != shape:
-        raise invalid(f"{method}: {name} must have shape {list(shape)}, got {list(a.shape)}")
-    return a
-
-
 def _finite(method: str, name: str, a: np.ndarray) -> np.ndarray:
     """Float arrays must hold only finite values (NaN in, NaN out would reach the search)."""
     if a.dtype.kind == "f" and not np.isfinite(a).all():
         raise invalid(f"{method}: {name} holds a non-finite value; observations must be finite")
     return a
-
-
-def _batch_dim(method: str, t: dict, name: str, max_batch: int) -> int:
-    a = t[name]
-    if a.ndim < 1:
-        raise invalid(f"{method}: {name} must have a leading batch dimension, got shape []")
-    b = a.shape[0]
-    if not 1 <= b <= max_batch:
-        raise invalid(f"{method}: batch size {b} (from {name}) is out of range [1, {max_batch}]")
-    return b
-
-
-def _in_range(method: str, name: str, a: np.ndarray, lo: int, hi: int) -> None:
-    """All of a in [lo, hi)."""
-    amin, amax = int(a.min()), int(a.max())
-    if amin < lo or amax >= hi:
-        bad = amin if amin < lo else amax
-        raise invalid(f"{method}: {name} holds {bad}, out of range [{lo}, {hi - 1}]")
-
-
-def _np(x, dtype=None) -> np.ndarray:
-    if not isinstance(x, np.ndarray) and hasattr(x, "numpy"):
-        x = x.numpy()
-    return np.asarray(x, dtype=dtype)
 
 
 class _Runner:
@@ -325,10 +271,10 @@ class MuZeroService(core.InferenceService):
 
     def _register(self, t: dict, context) -> dict:
         m = "register"
-        _fields(m, t, ("actor_id", "run_id", "num_envs", "num_nodes"))
-        actor_id = _scalar_int(m, t, "actor_id", -2**63, 2**63 - 1)
-        run_id = _scalar_int(m, t, "run_id", -2**63, 2**63 - 1)
-        num_envs = _scalar_int(m, t, "num_envs", -2**63, 2**63 - 1)
+        checks.check_fields(m, t, ("actor_id", "run_id", "num_envs", "num_nodes"))
+        actor_id = checks.scalar_int(m, t, "actor_id", -2**63, 2**63 - 1)
+        run_id = checks.scalar_int(m, t, "run_id", -2**63, 2**63 - 1)
+        num_envs = checks.scalar_int(m, t, "num_envs", -2**63, 2**63 - 1)
         if not 1 <= num_envs <= self.max_envs:
             cfg = self.config
             raise invalid(f"{m}: num_envs={num_envs} is out of range [1, max_envs={self.max_envs}] "
@@ -336,7 +282,7 @@ class MuZeroService(core.InferenceService):
                           f"recurrent_max_batch={cfg.recurrent_max_batch}, "
                           f"max_lease_slots_fraction={cfg.max_lease_slots_fraction:g} x "
                           f"cache_slots={cfg.cache_slots}))")
-        num_nodes = _scalar_int(m, t, "num_nodes", 2, self.config.max_nodes)
+        num_nodes = checks.scalar_int(m, t, "num_nodes", 2, self.config.max_nodes)
         lease = self.leases.register(actor_id, run_id, num_envs, num_nodes)
         info = self._model_info()
         info.update(lease=np.int64(lease.lease_id), num_envs=np.int64(num_envs),
@@ -344,8 +290,8 @@ class MuZeroService(core.InferenceService):
         return info
 
     def _release(self, t: dict, context) -> dict:
-        _fields("release", t, ("lease",))
-        lease_id = _scalar_int("release", t, "lease", -2**63, 2**63 - 1)
+        checks.check_fields("release", t, ("lease",))
+        lease_id = checks.scalar_int("release", t, "lease", -2**63, 2**63 - 1)
         return {"released": np.bool_(self.leases.release(lease_id))}
 
     def _push_segments(self, t: dict, context) -> dict:
@@ -370,7 +316,7 @@ class MuZeroService(core.InferenceService):
         return dict(result or {})
 
     def _learner_info(self, t: dict, context) -> dict:
-        _fields("learner_info", t, ())
+        checks.check_fields("learner_info", t, ())
         info = dict(self._info_handler()) if self._info_handler is not None else {}
         info.setdefault("weights_version", np.int64(self.weights_version))
         return info
@@ -378,39 +324,39 @@ class MuZeroService(core.InferenceService):
     # -- cache mode -------------------------------------------------------------------------
     def _lease_and_rows(self, m: str, t: dict, batch: int):
         """The lease and the cache row base [B] int64 of the addressed slots."""
-        lease_id = _scalar_int(m, t, "lease", -2**63, 2**63 - 1)
+        lease_id = checks.scalar_int(m, t, "lease", -2**63, 2**63 - 1)
         lease = self.leases.get(lease_id)
         if "slots" not in t:
             if batch != lease.num_envs:
                 raise invalid(f"{m}: batch size {batch} must equal the lease's num_envs "
                               f"{lease.num_envs} when no slots are given")
             return lease, lease.row_base
-        slots = _array(m, t, "slots", np.dtype(np.int32), (batch,))
-        _in_range(m, "slots", slots, 0, lease.num_envs)
+        slots = checks.array(m, t, "slots", np.dtype(np.int32), (batch,))
+        checks.in_range(m, "slots", slots, 0, lease.num_envs)
         if np.bincount(slots, minlength=lease.num_envs).max() > 1:
             raise invalid(f"{m}: slots must not repeat a slot")
         return lease, lease.row_base[slots]
 
     def _prep_initial(self, t: dict, context):
         m = "initial_inference"
-        _fields(m, t, ("lease", "observation"), ("slots",))
-        b = _batch_dim(m, t, "observation", self.config.initial_max_batch)
-        obs = _finite(m, "observation", _array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
+        checks.check_fields(m, t, ("lease", "observation"), ("slots",))
+        b = checks.batch_dim(m, t, "observation", self.config.initial_max_batch)
+        obs = _finite(m, "observation", checks.array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
         lease, rows = self._lease_and_rows(m, t, b)
         return Prepared(b, {"observation": obs, "rows": rows}, lease)
 
     def _prep_recurrent(self, t: dict, context):
         m = "recurrent_inference"
-        _fields(m, t, ("lease", "parent_node", "action", "new_node"), ("slots",))
-        b = _batch_dim(m, t, "parent_node", self.config.recurrent_max_batch)
+        checks.check_fields(m, t, ("lease", "parent_node", "action", "new_node"), ("slots",))
+        b = checks.batch_dim(m, t, "parent_node", self.config.recurrent_max_batch)
         i32 = np.dtype(np.int32)
-        parent = _array(m, t, "parent_node", i32, (b,))
-        action = _array(m, t, "action", i32, (b,))
-        new = _array(m, t, "new_node", i32, (b,))
+        parent = checks.array(m, t, "parent_node", i32, (b,))
+        action = checks.array(m, t, "action", i32, (b,))
+        new = checks.array(m, t, "new_node", i32, (b,))
         lease, rows = self._lease_and_rows(m, t, b)
-        _in_range(m, "parent_node", parent, 0, lease.num_nodes)
-        _in_range(m, "new_node", new, 1, lease.num_nodes)
-        _in_range(m, "action", action, 0, self.num_actions)
+        checks.in_range(m, "parent_node", parent, 0, lease.num_nodes)
+        checks.in_range(m, "new_node", new, 1, lease.num_nodes)
+        checks.in_range(m, "action", action, 0, self.num_actions)
         return Prepared(b, {"parent": rows + parent, "action": action, "new": rows + new}, lease)
 
     def _drop_dead_leases(self, batch, row_keys: tuple) -> None:
@@ -434,38 +380,38 @@ class MuZeroService(core.InferenceService):
             value, logits = self._runner.initial_cache(batch.inputs["observation"],
                                                        batch.inputs["rows"])
             batch.common["weights_version"] = np.int64(self.weights_version)
-        return {"value": _np(value, np.float32), "policy_logits": _np(logits, np.float32)}
+        return {"value": checks.to_numpy(value, np.float32), "policy_logits": checks.to_numpy(logits, np.float32)}
 
     def _run_recurrent(self, batch) -> dict:
         with self.model_lock, self.leases.lock:
             self._drop_dead_leases(batch, ("parent", "new"))
             reward, value, logits = self._runner.recurrent_cache(
                 batch.inputs["parent"], batch.inputs["action"], batch.inputs["new"])
-        return {"reward": _np(reward, np.float32), "value": _np(value, np.float32),
-                "policy_logits": _np(logits, np.float32)}
+        return {"reward": checks.to_numpy(reward, np.float32), "value": checks.to_numpy(value, np.float32),
+                "policy_logits": checks.to_numpy(logits, np.float32)}
 
     # -- ship mode --------------------------------------------------------------------------
     def _prep_initial_ship(self, t: dict, context):
         m = "initial_inference_ship"
-        _fields(m, t, ("observation",))
-        b = _batch_dim(m, t, "observation", self.config.initial_max_batch)
-        obs = _finite(m, "observation", _array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
+        checks.check_fields(m, t, ("observation",))
+        b = checks.batch_dim(m, t, "observation", self.config.initial_max_batch)
+        obs = _finite(m, "observation", checks.array(m, t, "observation", self.input_dtype, (b, *self.input_shape)))
         return Prepared(b, {"observation": obs})
 
     def _prep_recurrent_ship(self, t: dict, context):
         m = "recurrent_inference_ship"
-        _fields(m, t, ("hidden_state", "action"))
-        b = _batch_dim(m, t, "hidden_state", self.config.recurrent_max_batch)
-        hidden = _array(m, t, "hidden_state", self.hidden_dtype, (b, *self.hidden_shape))
-        action = _array(m, t, "action", np.dtype(np.int32), (b,))
-        _in_range(m, "action", action, 0, self.num_actions)
+        checks.check_fields(m, t, ("hidden_state", "action"))
+        b = checks.batch_dim(m, t, "hidden_state", self.config.recurrent_max_batch)
+        hidden = checks.array(m, t, "hidden_state", self.hidden_dtype, (b, *self.hidden_shape))
+        action = checks.array(m, t, "action", np.dtype(np.int32), (b,))
+        checks.in_range(m, "action", action, 0, self.num_actions)
         return Prepared(b, {"hidden_state": hidden, "action": action})
 
     def _ship_outputs(self, outs) -> dict:
         value, reward, logits, hidden = outs
-        return {"value": _np(value, np.float32), "reward": _np(reward, np.float32),
-                "policy_logits": _np(logits, np.float32),
-                "hidden_state": _np(hidden, self.hidden_dtype)}
+        return {"value": checks.to_numpy(value, np.float32), "reward": checks.to_numpy(reward, np.float32),
+                "policy_logits": checks.to_numpy(logits, np.float32),
+                "hidden_state": checks.to_numpy(hidden, self.hidden_dtype)}
 
     def _run_initial_ship(self, batch) -> dict:
         with self.model_lock:

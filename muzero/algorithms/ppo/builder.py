@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from muzero import core
 from muzero.algorithms.ppo.config import PPOConfig, PPONetworkConfig, PPOTrainingConfig
+from muzero.algorithms.streaming import StreamingBuilder
 from muzero.config import ConfigError
 
 NAME = "ppo"
@@ -46,12 +47,11 @@ ATARI_CONFIG = PPOConfig(
                                gradient_clip_norm=0.5, max_abs_reward=1.0))
 
 
-class PPOBuilder(core.Builder):
+class PPOBuilder(StreamingBuilder):
     """Makes PPO's learner, streaming service and thin actors."""
 
     name = NAME
     config_class = PPOConfig
-    ingestion = "streaming"
 
     def default_settings(self, env: str):
         from muzero.learner.settings import RunSettings
@@ -106,21 +106,6 @@ class PPOBuilder(core.Builder):
         from muzero.algorithms.ppo.learning import PPOLearner
         return PPOLearner(descriptor, settings.config, seed=settings.seed)
 
-    def make_service(self, settings, descriptor, learner, context: core.RunContext, server_config):
-        from muzero.algorithms.streaming import StepStreamingService
-        s = settings
-        return StepStreamingService(learner.policy, num_train_envs=s.num_actors * s.envs_per_actor,
-                                    num_eval_envs=s.num_eval_actors * s.eval_envs_per_actor,
-                                    unroll_length=s.config.training.unroll_length, overlap=0,
-                                    sink=learner.sink, context=context)
-
-    def actor_target(self):
-        from muzero.actor.streaming import run_streaming_actor
-        return run_streaming_actor
-
-    def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
-        from muzero.actor.streaming import streaming_actor_args
-        return streaming_actor_args(settings, index, address, client_config)
 
 
 BUILDER = PPOBuilder()

@@ -14,9 +14,8 @@ Imports only the standard library and ``muzero.config``.
 from __future__ import annotations
 
 import dataclasses
-import json
 
-from muzero.config import ConfigError, check_bool, check_float, check_int, from_dict, to_dict
+from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, fail_field)
 
 TORSOS = ("auto", "mlp", "atari")
 ACTIVATIONS = ("relu", "tanh")
@@ -26,23 +25,13 @@ Q_AGGREGATES = ("max", "mean")
 ATARI_CONV_LAYERS = 3
 
 
-def _fail(obj, field: str, value, allowed: str) -> None:
-    raise ConfigError(f"{type(obj).__name__}.{field}={value!r} is invalid: {allowed}")
-
-
-def _check_choice(obj, field: str, choices: tuple) -> None:
-    value = getattr(obj, field)
-    if value not in choices:
-        _fail(obj, field, value, f"must be one of {list(choices)}")
-
-
 def _check_sizes(obj, field: str) -> None:
     sizes = getattr(obj, field)
     if isinstance(sizes, list):
         sizes = tuple(sizes)
     if (not isinstance(sizes, tuple) or not sizes
             or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 65_536 for s in sizes)):
-        _fail(obj, field, getattr(obj, field), "must be a non-empty list of integers in [1, 65536]")
+        fail_field(obj, field, getattr(obj, field), "must be a non-empty list of integers in [1, 65536]")
     object.__setattr__(obj, field, sizes)
 
 
@@ -75,8 +64,8 @@ class PPONetworkConfig:
     value_init_scale: float = 1.0
 
     def __post_init__(self):
-        _check_choice(self, "torso", TORSOS)
-        _check_choice(self, "activation", ACTIVATIONS)
+        check_choice(self, "torso", TORSOS)
+        check_choice(self, "activation", ACTIVATIONS)
         _check_sizes(self, "policy_hidden_sizes")
         _check_sizes(self, "value_hidden_sizes")
         most = ATARI_CONV_LAYERS + min(len(self.policy_hidden_sizes), len(self.value_hidden_sizes))
@@ -162,29 +151,29 @@ class PPOTrainingConfig:
         check_int(self, "epochs", 1, 10_000)
         check_int(self, "num_minibatches", 1, 65_536)
         check_float(self, "clip_epsilon", 0.0, 10.0, lo_open=True)
-        _check_choice(self, "clip_schedule", SCHEDULES)
+        check_choice(self, "clip_schedule", SCHEDULES)
         check_float(self, "gae_lambda", 0.0, 1.0)
         check_float(self, "discount", 0.0, 1.0)
         check_float(self, "entropy_cost", 0.0)
         check_float(self, "value_cost", 0.0)
         check_float(self, "policy_learning_rate", 0.0, 10.0, lo_open=True)
         check_float(self, "value_learning_rate", 0.0, 10.0, lo_open=True)
-        _check_choice(self, "lr_schedule", SCHEDULES)
+        check_choice(self, "lr_schedule", SCHEDULES)
         check_int(self, "lr_decay_steps", 1)
         check_float(self, "adam_epsilon", 0.0, 1.0, lo_open=True)
         check_float(self, "gradient_clip_norm", 0.0)
         check_bool(self, "normalize_advantages")
         check_bool(self, "scale_value_targets")
         if self.scale_value_targets and self.discount >= 1.0:
-            _fail(self, "scale_value_targets", True, "needs discount < 1 (the scale is 1 - discount)")
+            fail_field(self, "scale_value_targets", True, "needs discount < 1 (the scale is 1 - discount)")
         check_float(self, "max_abs_reward", 0.0)
         check_bool(self, "q_value")
         check_int(self, "q_value_n_samples", 1, 1024)
-        _check_choice(self, "q_value_aggregate", Q_AGGREGATES)
+        check_choice(self, "q_value_aggregate", Q_AGGREGATES)
         check_bool(self, "q_value_all_actions")
         transitions = self.unroll_length * self.batch_size
         if transitions % self.num_minibatches:
-            _fail(self, "num_minibatches", self.num_minibatches,
+            fail_field(self, "num_minibatches", self.num_minibatches,
                   f"must divide unroll_length * batch_size = {transitions}")
 
     @property
@@ -199,26 +188,11 @@ class PPOTrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(SectionedConfig):
     """Everything a PPO run needs beyond ``RunSettings``; saved in ``config.json``."""
 
     network: PPONetworkConfig = PPONetworkConfig()
     training: PPOTrainingConfig = PPOTrainingConfig()
 
     def __post_init__(self):
-        for name, cls in (("network", PPONetworkConfig), ("training", PPOTrainingConfig)):
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                object.__setattr__(self, name, from_dict(cls, value))
-            elif not isinstance(value, cls):
-                _fail(self, name, value, f"must be a {cls.__name__}")
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "PPOConfig":
-        return from_dict(cls, data)
+        self.coerce_sections()

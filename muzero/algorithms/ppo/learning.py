@@ -33,6 +33,7 @@ from muzero.algorithms.ppo.config import PPOConfig
 from muzero.algorithms.ppo.networks import PPOPolicy, make_networks
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.config import to_dict
+from muzero.network.layers import variable_copier
 
 ALGO = "ppo"
 MODEL = "model"          # tf.train.Checkpoint prefix inside a checkpoint directory
@@ -205,9 +206,7 @@ class PPOLearner(core.Learner):
         self.value_optimizer.build(self._value_vars)
         self.checkpoint = tf.train.Checkpoint(networks=self.networks, policy_optimizer=self.policy_optimizer,
                                               value_optimizer=self.value_optimizer, step=self._step)
-        self._src, self._dst = list(self.networks.variables), list(self.serving.variables)
-        if [v.shape for v in self._src] != [v.shape for v in self._dst]:
-            raise RuntimeError("trained and served networks differ in structure")
+        self._copy_weights = variable_copier(self.networks.variables, self.serving.variables)
         self._train_batch = tf.function(self._train_batch_graph)
 
     # -- data ------------------------------------------------------------------------------------
@@ -339,11 +338,6 @@ class PPOLearner(core.Learner):
         return int(self._step.numpy())
 
     # -- weights ---------------------------------------------------------------------------------
-
-    @tf.function
-    def _copy_weights(self):
-        for dst, src in zip(self._dst, self._src):
-            dst.assign(src)
 
     def copy_to_serving(self, _model=None) -> None:
         self._copy_weights()

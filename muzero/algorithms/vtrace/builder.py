@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from muzero import core
+from muzero.algorithms.streaming import StreamingBuilder
 from muzero.algorithms.vtrace.config import VTraceConfig, VTraceNetworkConfig, VTraceTrainingConfig
 from muzero.config import ConfigError
 
@@ -70,10 +71,9 @@ def _gym_settings(env: str):
         settings.config, network=dataclasses.replace(settings.config.network, torso="auto")))
 
 
-class VTraceBuilder(core.Builder):
+class VTraceBuilder(StreamingBuilder):
     name = NAME
     config_class = VTraceConfig
-    ingestion = "streaming"
 
     def default_settings(self, env: str):
         if env == "cartpole":
@@ -111,22 +111,9 @@ class VTraceBuilder(core.Builder):
         from muzero.algorithms.vtrace.learning import VTraceLearner
         return VTraceLearner(settings, descriptor, context)
 
-    def make_service(self, settings, descriptor, learner, context: core.RunContext, server_config):
-        from muzero.algorithms.streaming import StepStreamingService
-        return StepStreamingService(
-            learner.make_policy(),
-            num_train_envs=settings.num_actors * settings.envs_per_actor,
-            num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
-            unroll_length=settings.config.training.unroll_length, overlap=0,
-            sink=learner.sink, context=context)
+    def policy(self, learner):
+        return learner.make_policy()
 
-    def actor_target(self):
-        from muzero.actor.streaming import run_streaming_actor
-        return run_streaming_actor
-
-    def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
-        from muzero.actor.streaming import streaming_actor_args
-        return streaming_actor_args(settings, index, address, client_config)
 
 
 BUILDER = VTraceBuilder()

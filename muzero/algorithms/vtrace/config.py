@@ -11,24 +11,13 @@ Imports only the standard library and ``muzero.config``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Optional
 
-from muzero.config import ConfigError, check_bool, check_float, check_int, from_dict, to_dict
+from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, fail_field)
 
 TORSOS = ("auto", "mlp", "atari")
 ACTIVATIONS = ("relu", "tanh")
 LR_SCHEDULES = ("constant", "linear")
-
-
-def _fail(obj, field: str, value, allowed: str) -> None:
-    raise ConfigError(f"{type(obj).__name__}.{field}={value!r} is invalid: {allowed}")
-
-
-def _check_choice(obj, field: str, choices: tuple) -> None:
-    value = getattr(obj, field)
-    if value not in choices:
-        _fail(obj, field, value, f"must be one of {list(choices)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,14 +43,14 @@ class VTraceNetworkConfig:
     policy_init_scale: float = 0.01
 
     def __post_init__(self):
-        _check_choice(self, "torso", TORSOS)
-        _check_choice(self, "activation", ACTIVATIONS)
+        check_choice(self, "torso", TORSOS)
+        check_choice(self, "activation", ACTIVATIONS)
         sizes = self.mlp_hidden_sizes
         if isinstance(sizes, list):
             sizes = tuple(sizes)
         if (not isinstance(sizes, tuple) or not sizes
                 or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 65_536 for s in sizes)):
-            _fail(self, "mlp_hidden_sizes", self.mlp_hidden_sizes,
+            fail_field(self, "mlp_hidden_sizes", self.mlp_hidden_sizes,
                   "must be a non-empty list of integers in [1, 65536]")
         object.__setattr__(self, "mlp_hidden_sizes", sizes)
         check_int(self, "atari_dense_size", 1, 65_536)
@@ -121,7 +110,7 @@ class VTraceTrainingConfig:
         check_int(self, "batch_size", 1, 65_536)
         check_int(self, "unroll_length", 1, 10_000)
         check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
-        _check_choice(self, "lr_schedule", LR_SCHEDULES)
+        check_choice(self, "lr_schedule", LR_SCHEDULES)
         check_int(self, "lr_decay_steps", 1)
         check_float(self, "adam_beta1", 0.0, 1.0, hi_open=True)
         check_float(self, "adam_epsilon", 0.0, 1.0, lo_open=True)
@@ -132,7 +121,7 @@ class VTraceTrainingConfig:
         if self.target_entropy is not None:
             check_float(self, "target_entropy", -1e6, 1e6)
             if self.entropy_cost <= 0:
-                _fail(self, "entropy_cost", self.entropy_cost,
+                fail_field(self, "entropy_cost", self.entropy_cost,
                       "must be > 0 when target_entropy is set (it is the initial learnt coefficient)")
         check_float(self, "entropy_adjustment_speed", 0.0, 1e4, lo_open=True)
         check_float(self, "max_abs_reward", 0.0)
@@ -142,26 +131,11 @@ class VTraceTrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class VTraceConfig:
+class VTraceConfig(SectionedConfig):
     """Everything a V-trace run needs beyond ``RunSettings``; saved in ``config.json``."""
 
     network: VTraceNetworkConfig = VTraceNetworkConfig()
     training: VTraceTrainingConfig = VTraceTrainingConfig()
 
     def __post_init__(self):
-        for name, cls in (("network", VTraceNetworkConfig), ("training", VTraceTrainingConfig)):
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                object.__setattr__(self, name, from_dict(cls, value))
-            elif not isinstance(value, cls):
-                _fail(self, name, value, f"must be a {cls.__name__}")
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "VTraceConfig":
-        return from_dict(cls, data)
+        self.coerce_sections()

@@ -45,6 +45,7 @@ from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.algorithms.vtrace.config import VTraceConfig, VTraceTrainingConfig
 from muzero.algorithms.vtrace.networks import PolicyValueNetwork, make_network
 from muzero.config import ConfigError
+from muzero.network.layers import variable_copier
 
 MODEL = "model"               # tf.train.Checkpoint prefix inside a checkpoint directory
 LEARNER_JSON = "learner.json"  # RNG state and counters
@@ -343,10 +344,7 @@ class VTraceLearner(core.Learner):
         self.optimizer.build(self._variables)
         self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer,
                                               step=self._step, entropy_cost=self.entropy_cost)
-        self._src = list(self.network.variables)
-        self._dst = list(self.serving.variables)
-        if [v.shape for v in self._src] != [v.shape for v in self._dst]:
-            raise RuntimeError("trained and served networks differ in structure")
+        self._copy_weights = variable_copier(self.network.variables, self.serving.variables)
         self._train_step = self._make_train_step()
         self.unrolls_trained = 0
         self.copy_to_serving()
@@ -425,11 +423,6 @@ class VTraceLearner(core.Learner):
     def sink(self, unroll: dict) -> bool:
         """Where the service puts finished unrolls (blocks while the queue is full)."""
         return self.queue.put(unroll)
-
-    @tf.function
-    def _copy_weights(self):
-        for dst, src in zip(self._dst, self._src):
-            dst.assign(src)
 
     def copy_to_serving(self, _model=None) -> None:
         self._copy_weights()
