@@ -216,3 +216,21 @@ def test_time_limit_counts_across_resumes(tmp_path):
     record = _run(tmp_path, max_seconds=1000.0).run()
     assert record["stop_reason"] == "max_seconds=1000 reached"
     assert BUILDER.learner.count <= 4                   # stopped at once, not after another 1000 s
+
+
+def test_failing_tensorboard_writes_do_not_stop_training(tmp_path, monkeypatch):
+    # On a full disk TensorFlow's summary ops raise their own errors (not OSError).
+    import tensorflow as tf
+    real = tf.summary.scalar
+    failures = {"left": 5}
+
+    def flaky_scalar(*args, **kwargs):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(tf.summary, "scalar", flaky_scalar)
+    lines = []
+    record = _run(tmp_path, lines, max_train_steps=300, summary_every_steps=1).run()
+    assert record["stop_reason"] == "max_train_steps=300 reached"
+    assert sum("cannot write TensorBoard summaries (ResourceExhaustedError" in line for line in lines) == 1

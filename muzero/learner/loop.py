@@ -265,9 +265,11 @@ class Run:
                 if step % s.publish_every_steps == 0:
                     self.service.update_weights(self.learner.copy_to_serving, version=step)
                 if step % s.summary_every_steps == 0:
-                    with self.writer.as_default(step=step):
+
+                    def write(metrics=metrics):
                         for name, value in metrics.items():
                             tf.summary.scalar(name, value)
+                    self._summaries(step, write)
             now = time.monotonic()
             if now - last_progress >= s.progress_every_s:
                 dt = now - last_progress
@@ -304,7 +306,8 @@ class Run:
                   "return_train": train_ret, "return_eval": eval_ret,
                   "episodes_train": episodes.count[False], "episodes_eval": episodes.count[True],
                   **extra, **metrics}
-        with self.writer.as_default(step=self.training_step):
+
+        def write():
             tf.summary.scalar("throughput/env_steps_per_s", env_rate)
             tf.summary.scalar("throughput/train_steps_per_s", step_rate)
             for key, value in extra.items():
@@ -316,10 +319,11 @@ class Run:
             for key, value in stats.items():
                 if isinstance(value, (int, float)) and ("batch" in key or "latency" in key):
                     tf.summary.scalar(f"inference/{key}", value)
+            self.writer.flush()
+        self._summaries(self.training_step, write)
         line = json.dumps({k: (None if isinstance(v, float) and not np.isfinite(v) else v)
                            for k, v in record.items()}) + "\n"
         try:
-            self.writer.flush()
             with open(os.path.join(self.logdir, "metrics.jsonl"), "a") as f:
                 f.write(line)
             self._metrics_failing = False
@@ -337,6 +341,20 @@ class Run:
                  f"loss {metrics.get('loss/total', float('nan')):.3f} | actors {alive} | "
                  f"ETA {self._eta(elapsed, env_rate, step_rate)}")
         return record
+
+    def _summaries(self, step: int, write: Callable[[], None]) -> None:
+        """Runs ``write()`` (tf.summary calls) under the TensorBoard writer; a failure (a full
+        disk raises TensorFlow's own errors, not OSError) is logged once and training goes on."""
+        try:
+            with self.writer.as_default(step=step):
+                write()
+            self._summaries_failing = False
+        except Exception as e:
+            if not getattr(self, "_summaries_failing", False):
+                first = (str(e).strip().splitlines() or [""])[0][-200:]
+                self.log(f"cannot write TensorBoard summaries ({type(e).__name__}: {first}); training goes "
+                         "on, summaries are skipped until they can be written again")
+            self._summaries_failing = True
 
     def checkpoint(self) -> str:
         start = getattr(self, "_session_start", None)
