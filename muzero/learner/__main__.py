@@ -31,7 +31,8 @@ flags.DEFINE_string("algo", "muzero", "Algorithm: muzero (search actors, replay)
 flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari or gym:<Gymnasium id>.")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options, e.g. '{\"game\": \"Breakout\"}' for atari.")
 flags.DEFINE_string("logdir", None, "Log directory (checkpoints, TensorBoard, config.json, metrics.jsonl, "
-                    "exports). Default: runs/<env>. An existing checkpoint there is resumed.")
+                    "exports). Default: runs/<env> (MuZero), runs/<algo>_<env> otherwise. An existing "
+                    "checkpoint there is resumed.")
 flags.DEFINE_integer("num_actors", None, "Local acting processes (default per env; 0 = only remote actors).")
 flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep per actor (default per env).")
 flags.DEFINE_integer("num_eval_actors", None, "Local greedy evaluation actors (no noise, temperature 0).")
@@ -41,7 +42,8 @@ flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_si
 flags.DEFINE_float("learning_rate", None, "Peak learning rate (training.learning_rate).")
 flags.DEFINE_integer("max_env_steps", None, "Stop after this many env steps (0 = no limit).")
 flags.DEFINE_integer("max_train_steps", None, "Stop after this many training steps (0 = no limit).")
-flags.DEFINE_float("max_seconds", None, "Stop after this many seconds of wall time (0 = no limit).")
+flags.DEFINE_float("max_seconds", None, "Stop after this many seconds of training wall time, counted across "
+                   "resumes of the same logdir (0 = no limit).")
 flags.DEFINE_integer("seed", None, "Seed of networks, replay sampling and actors.")
 flags.DEFINE_multi_string("set", [], "Override any config field: section.field=value, section one of the "
                           "algorithm's config sections (muzero: search, targets, replay, network, training; "

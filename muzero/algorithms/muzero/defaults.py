@@ -134,7 +134,3 @@ def run_defaults(env: str) -> RunSettings:
     if env not in _DEFAULTS:
         raise ValueError(f"no defaults for env {env!r}; known: {sorted(_DEFAULTS)} and gym:<ID>")
     return _DEFAULTS[env]()
-
-
-def known_envs() -> list:
-    return sorted(_DEFAULTS) + ["gym:<ID>"]
