@@ -84,7 +84,7 @@ def build_policy(seed: int = 0):
         def initial_state(self, num_envs):
             return {}
 
-        def act(self, observation, prev_action, prev_reward, state, evaluation):
+        def act(self, observation, prev_action, prev_reward, state, evaluation, env_ids):
             action, logits, baseline = self._act(tf.constant(observation), tf.constant(evaluation))
             return action.numpy(), {"policy_logits": logits.numpy(), "baseline": baseline.numpy()}, {}
 

@@ -1,4 +1,4 @@
-"""Environments by name: ``cartpole``, ``tictactoe``, ``atari`` and ``gym:<ID>``.
+"""Environments by name: ``cartpole``, ``tictactoe``, ``atari``, ``reach`` and ``gym:<ID>``.
 
     envs.make(name, seed=0, **options)          -> Env (one environment)
     envs.make_batch(name, num_envs, seed=0, **options) -> EnvBatch (E in lockstep, auto-reset)
@@ -119,7 +119,7 @@ def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
 
 
 def _register_builtins() -> None:
-    from envs import atari, cartpole, tictactoe
+    from envs import atari, cartpole, reach, tictactoe
 
     def register_fixed(name, env_cls, descriptor, batch_cls, symmetries=None):
         """An env without options: a class, its descriptor and its vectorised batch."""
@@ -145,10 +145,22 @@ def _register_builtins() -> None:
         options.pop("vectorized", None)
         return atari.describe(**options)
 
-    register_fixed("cartpole", cartpole.CartPole, cartpole.DESCRIPTOR, cartpole.CartPoleBatch)
+    def cartpole_options(options):
+        unknown = sorted(set(options) - {"observe_velocity"})
+        if unknown:
+            raise ValueError(f"env 'cartpole' takes the option observe_velocity only; got {unknown}")
+        return options
+
+    register("cartpole",
+             lambda seed=0, **options: cartpole.CartPole(seed=seed, **cartpole_options(options)),
+             lambda **options: cartpole.describe(**cartpole_options(options)),
+             lambda num_envs, seed=0, **options: cartpole.CartPoleBatch(num_envs, seed=seed,
+                                                                       **cartpole_options(options)))
     register_fixed("tictactoe", tictactoe.TicTacToe, tictactoe.DESCRIPTOR, tictactoe.TicTacToeBatch,
                    tictactoe.SYMMETRIES)
     register("atari", atari_make, atari_describe, atari.make_batch)
+    register("reach", lambda seed=0, **options: reach.Reach(seed=seed, **options), reach.describe,
+             lambda num_envs, seed=0, **options: reach.ReachBatch(num_envs, seed=seed, **options))
 
 
 _register_builtins()

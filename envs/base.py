@@ -1,7 +1,8 @@
 """Environment interface shared by every env in the registry.
 
 An env here is a small single-agent (or two-player, alternating) episodic
-environment with a discrete action set. It returns *single frames*, never stacks:
+environment with a discrete action set or a box of continuous actions (a float vector
+with per-dimension bounds). It returns *single frames*, never stacks:
 stacking happens where network inputs are assembled (``muzero.observation``), so
 the replay stores each frame once.
 
@@ -14,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 
+ACTION_KINDS = ("discrete", "continuous")
 
 @dataclasses.dataclass(frozen=True)
 class EnvDescriptor:
@@ -23,7 +25,7 @@ class EnvDescriptor:
       name: registry name (``cartpole``, ``tictactoe``, ``atari``, ``gym:<ID>``).
       observation_shape: shape of one observation (one frame for image envs).
       observation_dtype: numpy dtype name of observations (``uint8`` for images).
-      num_actions: size of the discrete action set, A.
+      num_actions: size of the discrete action set, A; 0 for continuous actions.
       two_player: True for alternating two-player zero-sum games. Then ``to_play``
         names the player to move and rewards are from the mover's point of view.
       kind: ``vector`` (flat features), ``image`` (H, W, C uint8 frames) or
@@ -34,6 +36,15 @@ class EnvDescriptor:
       max_episode_steps: agent steps after which an episode is truncated, or None.
       frame_layout: for image envs, ``HWC`` with C = 1 (grayscale) or 3 (RGB); else None.
       has_legal_mask: True when some actions can be illegal in some states.
+      action_kind: ``discrete`` (integer actions in [0, num_actions)) or ``continuous``
+        (float32 vectors of shape ``action_shape`` within [action_low, action_high]).
+      action_shape: shape of one action: ``()`` for discrete actions, ``(d,)`` for a box.
+      action_low, action_high: for continuous actions, the per-dimension bounds as tuples of
+        floats (finite); None for discrete actions.
+      goal_layout: for goal-conditioned envs (Gymnasium-Robotics style dict observations
+        flattened into one vector), ``(("observation", start, stop), ("achieved_goal", ...),
+        ("desired_goal", ...))``: where each part sits in the flat observation; the env
+        then implements :meth:`Env.compute_reward`. None otherwise.
     """
 
     name: str
@@ -48,10 +59,63 @@ class EnvDescriptor:
     max_episode_steps: Optional[int] = None
     frame_layout: Optional[str] = None
     has_legal_mask: bool = False
+    action_kind: str = "discrete"
+    action_shape: tuple = ()
+    action_low: Optional[tuple] = None
+    action_high: Optional[tuple] = None
+    goal_layout: Optional[tuple] = None
+
+    def __post_init__(self):
+        if self.goal_layout is not None:     # JSON round trips turn the triples into lists
+            layout = tuple((str(n), int(a), int(b)) for n, a, b in self.goal_layout)
+            if sorted(n for n, _, _ in layout) != ["achieved_goal", "desired_goal", "observation"]:
+                raise ValueError(f"EnvDescriptor({self.name!r}): goal_layout must name observation, "
+                                 f"achieved_goal and desired_goal; got {layout}")
+            object.__setattr__(self, "goal_layout", layout)
+        if self.action_kind not in ACTION_KINDS:
+            raise ValueError(f"EnvDescriptor({self.name!r}): action_kind={self.action_kind!r} must be one of "
+                             f"{list(ACTION_KINDS)}")
+        if self.action_kind == "discrete":
+            if self.action_shape != () or self.num_actions < 1:
+                raise ValueError(f"EnvDescriptor({self.name!r}): discrete actions need action_shape () and "
+                                 f"num_actions >= 1; got {self.action_shape} and {self.num_actions}")
+            return
+        shape = tuple(int(d) for d in self.action_shape)
+        size = int(np.prod(shape)) if shape else 1
+        if len(shape) != 1 or size < 1 or self.num_actions != 0:
+            raise ValueError(f"EnvDescriptor({self.name!r}): continuous actions need action_shape (d,) with "
+                             f"d >= 1 and num_actions 0; got {self.action_shape} and {self.num_actions}")
+        low = tuple(float(v) for v in np.broadcast_to(np.asarray(self.action_low, np.float64), shape))
+        high = tuple(float(v) for v in np.broadcast_to(np.asarray(self.action_high, np.float64), shape))
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(np.less(low, high))):
+            raise ValueError(f"EnvDescriptor({self.name!r}): continuous actions need finite bounds with "
+                             f"low < high; got low={low} high={high}")
+        object.__setattr__(self, "action_shape", shape)
+        object.__setattr__(self, "action_low", low)
+        object.__setattr__(self, "action_high", high)
 
     @property
     def is_image(self) -> bool:
         return self.kind == "image"
+
+    @property
+    def is_continuous(self) -> bool:
+        return self.action_kind == "continuous"
+
+    @property
+    def action_space(self) -> str:
+        """The action space in Gymnasium's notation: ``Discrete(2)`` or ``Box(-2.0, 2.0, (1,))``
+        (bounds shown as one number when every dimension shares them)."""
+        if not self.is_continuous:
+            return f"Discrete({self.num_actions})"
+
+        def bound(values):
+            return f"{values[0]:g}" if len(set(values)) == 1 else f"[{', '.join(f'{v:g}' for v in values)}]"
+        return f"Box({bound(self.action_low)}, {bound(self.action_high)}, {self.action_shape})"
+
+    def goal_slices(self) -> dict:
+        """``{part: slice}`` of a goal env's flat observation (see ``goal_layout``); {} otherwise."""
+        return {name: slice(start, stop) for name, start, stop in (self.goal_layout or ())}
 
 
 @dataclasses.dataclass
@@ -88,6 +152,12 @@ class Env:
     def to_play(self) -> int:
         """Player to move: always 0 in single-player envs; 0 or 1 in two-player games."""
         return 0
+
+    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        """Goal envs only (``descriptor.goal_layout`` set): the reward of reaching
+        ``achieved_goal`` [N, g] when the goal is ``desired_goal`` [N, g] -> [N] float32, the
+        function hindsight relabelling recomputes rewards with."""
+        raise NotImplementedError(f"env {self.descriptor.name!r} is not a goal env (no goal_layout)")
 
     def close(self) -> None:
         pass
@@ -145,6 +215,7 @@ class EnvBatch:
 
     descriptor: EnvDescriptor
     num_envs: int
+    clipped_actions = 0   # continuous actions: rows clipped into the bounds so far
 
     def reset(self) -> BatchStep:
         raise NotImplementedError
@@ -156,6 +227,11 @@ class EnvBatch:
         pass
 
     def _check_actions(self, actions) -> np.ndarray:
+        """Discrete: an integer array [E] in [0, A). Continuous: a float array [E, d], finite;
+        rows outside [action_low, action_high] are clipped into it and counted in
+        ``clipped_actions`` (never passed on silently). Raises ValueError otherwise."""
+        if self.descriptor.is_continuous:
+            return self._check_continuous(actions)
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
             raise ValueError(
@@ -165,6 +241,31 @@ class EnvBatch:
         if actions.size and (actions.min() < 0 or actions.max() >= a):
             raise ValueError(f"actions must lie in [0, {a - 1}], got min {actions.min()} max {actions.max()}")
         return actions
+
+    def _check_continuous(self, actions) -> np.ndarray:
+        actions, clipped = check_continuous_actions(self.descriptor, actions, self.num_envs)
+        self.clipped_actions += clipped
+        return actions
+
+
+def check_continuous_actions(descriptor: EnvDescriptor, actions, rows: int) -> tuple:
+    """Continuous actions [rows, d] -> (float32 actions clipped into the bounds, number of
+    rows that needed clipping). Raises ValueError for a wrong shape or dtype, or a
+    non-finite value (those are refused, never clipped)."""
+    actions = np.asarray(actions)
+    shape = (rows, *descriptor.action_shape)
+    if actions.shape != shape or actions.dtype.kind not in "fiu":
+        raise ValueError(f"actions must be a float array of shape {shape}, got {actions.dtype} {actions.shape}")
+    actions = actions.astype(np.float32)
+    if not np.isfinite(actions).all():
+        row = int(np.flatnonzero(~np.isfinite(actions).all(axis=1))[0])
+        raise ValueError(f"actions hold a non-finite value at row {row}: {actions[row].tolist()}")
+    low = np.asarray(descriptor.action_low, np.float32)
+    high = np.asarray(descriptor.action_high, np.float32)
+    outside = ((actions < low) | (actions > high)).any(axis=1)
+    if outside.any():
+        actions = np.clip(actions, low, high)
+    return actions, int(outside.sum())
 
 
 class EpisodeStats:
@@ -236,8 +337,9 @@ class LoopEnvBatch(EnvBatch):
         truncated = np.zeros(e, bool)
         obs = []
         finals = {}
+        continuous = self.descriptor.is_continuous
         for i, env in enumerate(self.envs):
-            result = env.step(int(actions[i]))
+            result = env.step(actions[i] if continuous else int(actions[i]))
             reward[i] = result.reward
             terminated[i] = result.terminated
             truncated[i] = result.truncated and not result.terminated

@@ -4,8 +4,15 @@ The batch integrates Gymnasium's CartPole-v1 equations (Euler, tau 0.02, force 1
 pole half-length 0.5, masses 1.0 and 0.1) for E carts at once, with the same
 termination (|x| > 2.4 or |theta| > 12 degrees) and a 500-step truncation. Tests
 check it step for step against ``gymnasium.make("CartPole-v1")``.
+
+Option ``observe_velocity`` (default True): with False the observation is only the cart
+position and the pole angle ``(x, theta)``, the standard "stateless CartPole" memory task:
+the velocities must be inferred from successive observations, so a feed-forward policy
+cannot balance the pole for long and a recurrent one can.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import gymnasium
 import numpy as np
@@ -26,6 +33,20 @@ DESCRIPTOR = EnvDescriptor(
     max_episode_steps=MAX_EPISODE_STEPS,
 )
 
+STATELESS_DESCRIPTOR = dataclasses.replace(DESCRIPTOR, observation_shape=(2,))
+_POSITIONS = [0, 2]            # x and theta in (x, x_dot, theta, theta_dot)
+
+
+def describe(observe_velocity: bool = True) -> EnvDescriptor:
+    _check_option(observe_velocity)
+    return DESCRIPTOR if observe_velocity else STATELESS_DESCRIPTOR
+
+
+def _check_option(observe_velocity) -> None:
+    if not isinstance(observe_velocity, bool):
+        raise ValueError(f"cartpole option observe_velocity={observe_velocity!r} must be true or false")
+
+
 # Gymnasium CartPole-v1 constants.
 GRAVITY = 9.8
 MASS_CART = 1.0
@@ -42,12 +63,16 @@ X_LIMIT = 2.4
 class CartPole(Env):
     """Gymnasium ``CartPole-v1`` (500-step time limit reported as truncation)."""
 
-    descriptor = DESCRIPTOR
-
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, observe_velocity: bool = True):
+        self.descriptor = describe(observe_velocity)
+        self._observe_velocity = observe_velocity
         self._env = gymnasium.make("CartPole-v1")
         self._seed = seed
         self._seeded = False
+
+    def _observe(self, obs) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float32)
+        return obs if self._observe_velocity else obs[_POSITIONS]
 
     def reset(self) -> np.ndarray:
         if not self._seeded:
@@ -55,13 +80,13 @@ class CartPole(Env):
             self._seeded = True
         else:
             obs, _ = self._env.reset()
-        return np.asarray(obs, dtype=np.float32)
+        return self._observe(obs)
 
     def step(self, action: int) -> StepResult:
         if not 0 <= int(action) < 2:
             raise ValueError(f"CartPole action {action!r} out of range: must be 0 or 1")
         obs, reward, terminated, truncated, info = self._env.step(int(action))
-        return StepResult(np.asarray(obs, np.float32), float(reward), bool(terminated),
+        return StepResult(self._observe(obs), float(reward), bool(terminated),
                           bool(truncated) and not terminated, info)
 
     @property
@@ -75,11 +100,12 @@ class CartPole(Env):
 class CartPoleBatch(EnvBatch):
     """E CartPole-v1 carts integrated together in NumPy, reset in the same step."""
 
-    descriptor = DESCRIPTOR
-
-    def __init__(self, num_envs: int, seed: int = 0, max_episode_steps: int = MAX_EPISODE_STEPS):
+    def __init__(self, num_envs: int, seed: int = 0, max_episode_steps: int = MAX_EPISODE_STEPS,
+                 observe_velocity: bool = True):
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps={max_episode_steps} must be >= 1")
+        self.descriptor = describe(observe_velocity)
+        self._columns = slice(None) if observe_velocity else _POSITIONS
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
         self._rng = np.random.default_rng(seed)
@@ -94,7 +120,9 @@ class CartPoleBatch(EnvBatch):
         """final: [E, 4] float32 pre-reset observations when an env is done, else None
         (then ``final_observation`` is the observation array itself)."""
         e = self.num_envs
-        obs = self.state.astype(np.float32)
+        obs = self.state[:, self._columns].astype(np.float32)
+        if final is not None:
+            final = final[:, self._columns]
         return BatchStep(obs, reward, terminated, truncated,
                          np.ones((e, 2), bool), np.zeros(e, np.int8), ep_return, ep_length,
                          final_observation=obs if final is None else final)

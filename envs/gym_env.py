@@ -1,8 +1,12 @@
-"""Any Gymnasium env with a discrete action space, and an adapter for old-API envs.
+"""Any Gymnasium env with a discrete or box action space, and an adapter for old-API envs.
 
-``gym:<ID>`` makes ``gymnasium.make(ID)``. Observations may be vectors (any Box,
-flattened to float32) or images (uint8 Box of shape (H, W) or (H, W, C); a
-missing channel axis is added). Old-API envs (``reset() -> obs``,
+``gym:<ID>`` makes ``gymnasium.make(ID)``. Actions: ``Discrete(n)``, or a one-dimensional
+``Box`` with finite bounds (continuous actions, float32; actions outside the bounds are
+clipped and counted in ``clipped_actions``). Observations may be vectors (any Box,
+flattened to float32), images (uint8 Box of shape (H, W) or (H, W, C); a missing channel
+axis is added), or Gymnasium-Robotics goal dicts (``observation``, ``achieved_goal``,
+``desired_goal``), flattened into one vector in that order and described by the
+descriptor's ``goal_layout``; their ``compute_reward`` serves hindsight relabelling. Old-API envs (``reset() -> obs``,
 ``step() -> (obs, reward, done, info)``, as the unmaintained ``gym`` package
 had) are accepted through :class:`OldApiAdapter`; the ``gym`` package itself is
 never imported. In the old API ``done`` merges termination and truncation; the
@@ -10,11 +14,11 @@ adapter splits them again with ``info["TimeLimit.truncated"]``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from envs.base import Env, EnvDescriptor, StepResult
+from envs.base import Env, EnvDescriptor, StepResult, check_continuous_actions
 
 
 class OldApiAdapter:
@@ -49,19 +53,59 @@ class OldApiAdapter:
             self.env.close()
 
 
-def _spaces_of(env) -> tuple:
+GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+def _action_fields(action_space) -> dict:
+    """EnvDescriptor fields of a Gymnasium action space (Discrete or a bounded 1-D Box)."""
     from gymnasium import spaces
-    action_space, obs_space = env.action_space, env.observation_space
-    if not isinstance(action_space, spaces.Discrete) and not hasattr(action_space, "n"):
-        raise ValueError(f"only discrete action spaces are supported; this env has {action_space}")
+    old_discrete = (not isinstance(action_space, spaces.Space) and hasattr(action_space, "n")
+                    and tuple(getattr(action_space, "shape", ()) or ()) == ())   # an old-API gym space
+    if isinstance(action_space, spaces.Discrete) or old_discrete:
+        return {"num_actions": int(action_space.n)}
+    if isinstance(action_space, spaces.Box):
+        shape = tuple(action_space.shape)
+        low = np.asarray(action_space.low, np.float64).reshape(-1)
+        high = np.asarray(action_space.high, np.float64).reshape(-1)
+        if len(shape) != 1:
+            raise ValueError(f"Box action spaces must be one-dimensional; this env has {action_space}")
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"Box action spaces need finite bounds (a policy's actions are scaled into "
+                             f"them); this env has {action_space}")
+        return {"num_actions": 0, "action_kind": "continuous", "action_shape": shape,
+                "action_low": tuple(low.tolist()), "action_high": tuple(high.tolist())}
+    raise ValueError(f"only Discrete and Box action spaces are supported; this env has {action_space}")
+
+
+def _goal_parts(obs_space) -> Optional[tuple]:
+    """For a Gymnasium-Robotics goal Dict space: ((key, size), ...) in GOAL_KEYS order; else None."""
+    from gymnasium import spaces
+    if not isinstance(obs_space, spaces.Dict):
+        return None
+    if sorted(obs_space.spaces) != sorted(GOAL_KEYS):
+        raise ValueError(f"Dict observation spaces are supported for goal envs only (keys "
+                         f"{list(GOAL_KEYS)}); this env has keys {sorted(obs_space.spaces)}")
+    return tuple((k, int(np.prod(obs_space.spaces[k].shape))) for k in GOAL_KEYS)
+
+
+def _spaces_of(env) -> tuple:
+    obs_space = env.observation_space
+    if _goal_parts(obs_space) is not None:
+        return (sum(n for _, n in _goal_parts(obs_space)),), np.dtype(np.float32)
     shape = tuple(getattr(obs_space, "shape", ()) or ())
     if not shape:
         raise ValueError(f"observation space {obs_space} has no shape; use a Box observation space")
-    return int(action_space.n), shape, np.dtype(getattr(obs_space, "dtype", np.float32))
+    return shape, np.dtype(getattr(obs_space, "dtype", np.float32))
 
 
 def describe_gym_env(env, name: str) -> EnvDescriptor:
-    num_actions, shape, dtype = _spaces_of(env)
+    actions = _action_fields(env.action_space)
+    shape, dtype = _spaces_of(env)
+    goal = _goal_parts(env.observation_space)
+    layout = None
+    if goal is not None:
+        stops = np.cumsum([n for _, n in goal])
+        layout = tuple((k, int(stop - n), int(stop)) for (k, n), stop in zip(goal, stops))
     is_image = dtype == np.uint8 and len(shape) in (2, 3)
     if is_image:
         obs_shape = shape if len(shape) == 3 else shape + (1,)
@@ -76,9 +120,9 @@ def describe_gym_env(env, name: str) -> EnvDescriptor:
     return EnvDescriptor(
         name=name, observation_shape=obs_shape,
         observation_dtype="uint8" if is_image else "float32",
-        num_actions=num_actions, kind="image" if is_image else "vector",
+        kind="image" if is_image else "vector",
         reward_range=reward_range, max_episode_steps=max_steps,
-        frame_layout="HWC" if is_image else None)
+        frame_layout="HWC" if is_image else None, goal_layout=layout, **actions)
 
 
 class GymEnv(Env):
@@ -91,8 +135,11 @@ class GymEnv(Env):
         self.descriptor = describe_gym_env(env, name)
         self._seed = seed
         self._seeded = False
+        self.clipped_actions = 0
 
     def _convert(self, obs) -> np.ndarray:
+        if self.descriptor.goal_layout is not None:
+            return np.concatenate([np.asarray(obs[k], np.float32).reshape(-1) for k in GOAL_KEYS])
         obs = np.asarray(obs)
         if self.descriptor.is_image:
             return obs.reshape(self.descriptor.observation_shape).astype(np.uint8, copy=False)
@@ -106,12 +153,25 @@ class GymEnv(Env):
             self._seeded = True
         return self._convert(obs)
 
-    def step(self, action: int) -> StepResult:
-        if not 0 <= int(action) < self.descriptor.num_actions:
-            raise ValueError(f"action {action!r} out of range [0, {self.descriptor.num_actions - 1}]")
-        obs, reward, terminated, truncated, info = self._env.step(int(action))
+    def step(self, action) -> StepResult:
+        d = self.descriptor
+        if d.is_continuous:
+            actions, clipped = check_continuous_actions(d, np.asarray(action).reshape(1, -1), 1)
+            self.clipped_actions += clipped
+            action = actions[0]
+        else:
+            if not 0 <= int(action) < d.num_actions:
+                raise ValueError(f"action {action!r} out of range [0, {d.num_actions - 1}]")
+            action = int(action)
+        obs, reward, terminated, truncated, info = self._env.step(action)
         return StepResult(self._convert(obs), float(reward), bool(terminated),
                           bool(truncated) and not bool(terminated), info)
+
+    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        if self.descriptor.goal_layout is None:
+            return super().compute_reward(achieved_goal, desired_goal)
+        rewards = self._env.unwrapped.compute_reward(np.asarray(achieved_goal), np.asarray(desired_goal), {})
+        return np.asarray(rewards, np.float32).reshape(len(achieved_goal))
 
     def close(self) -> None:
         self._env.close()

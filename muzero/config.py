@@ -64,6 +64,17 @@ def check_choice(obj, field: str, choices: tuple) -> None:
         _fail(type(obj).__name__, field, value, f"must be one of {list(choices)}")
 
 
+def check_sizes(obj, field: str) -> None:
+    """A non-empty tuple of layer widths in [1, 65536] (a JSON list becomes a tuple, in place)."""
+    sizes = getattr(obj, field)
+    if isinstance(sizes, list):
+        sizes = tuple(sizes)
+    if (not isinstance(sizes, tuple) or not sizes
+            or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 65_536 for s in sizes)):
+        _fail(type(obj).__name__, field, getattr(obj, field), "must be a non-empty list of integers in [1, 65536]")
+    object.__setattr__(obj, field, sizes)
+
+
 def fail_field(obj, field: str, value: Any, allowed: str) -> None:
     """Raises the ConfigError of every check: ``<Class>.<field>=<value> is invalid: <allowed>``."""
     _fail(type(obj).__name__, field, value, allowed)

@@ -196,13 +196,37 @@ class Builder(abc.ABC):
     config_class: type
     # "trajectory" (the actor pushes segments) or "streaming" (thin step-streaming actors)
     ingestion: str
+    # The env action kinds (``envs.EnvDescriptor.action_kind``) the algorithm trains on, and
+    # whether it plays two-player alternating games; ``check_env`` refuses other envs.
+    action_kinds: tuple = ("discrete",)
+    two_player: bool = False
 
     @abc.abstractmethod
     def default_settings(self, env: str):
         """``RunSettings`` for ``env`` (raises ValueError for an env without defaults)."""
 
+    def refusal(self, descriptor) -> Optional[str]:
+        """Why the algorithm cannot train on an env with this descriptor, or None if it can."""
+        if getattr(descriptor, "two_player", False) and not self.two_player:
+            return (f"it is a two-player game (alternating turns) and --algo={self.name} trains "
+                    "single-agent policies")
+        kind = getattr(descriptor, "action_kind", "discrete")
+        if kind not in self.action_kinds:
+            space = getattr(descriptor, "action_space", kind)
+            return f"its action space is {space} and --algo={self.name} needs {' or '.join(self.action_kinds)} actions"
+        return None
+
     def check_env(self, descriptor) -> None:
-        """Raises ``ConfigError`` when the env's spaces do not fit the algorithm."""
+        """Raises ``ConfigError`` (one line: the algorithm, the env's action space and the
+        algorithms that accept the env) when the env does not fit the algorithm."""
+        reason = self.refusal(descriptor)
+        if reason is None:
+            return
+        from muzero import algorithms
+        from muzero.config import ConfigError
+        accepting = algorithms.accepting(descriptor)
+        raise ConfigError(f"--algo={self.name} cannot train on env {descriptor.name!r}: {reason}; "
+                          f"algorithms accepting it: {', '.join(accepting) or 'none'}")
 
     def check_settings(self, settings) -> None:
         """Cross-field checks that need the whole ``RunSettings`` (raise ConfigError)."""

@@ -32,6 +32,8 @@ def test_describe_builtin_envs():
 
 def test_options_are_checked():
     with pytest.raises(ValueError, match="takes no options"):
+        envs.make("tictactoe", frame_skip=2)
+    with pytest.raises(ValueError, match="cartpole.*observe_velocity only.*frame_skip"):
         envs.make("cartpole", frame_skip=2)
     with pytest.raises(ValueError, match="num_envs"):
         envs.make_batch("cartpole", 0)
@@ -319,8 +321,13 @@ def test_gym_ids_vector_and_image():
     assert img.reset().dtype == np.uint8
     batch = envs.make_batch("gym:CartPole-v1", 2, seed=0)
     assert batch.reset().observation.shape == (2, 4)
-    with pytest.raises(ValueError, match="discrete"):
-        envs.make("gym:Pendulum-v1")
+    assert envs.make("gym:Pendulum-v1").descriptor.is_continuous
+
+    class MultiBinaryEnv(gymnasium.Env):
+        action_space = gymnasium.spaces.MultiBinary(3)
+        observation_space = gymnasium.spaces.Box(-1, 1, (2,), np.float32)
+    with pytest.raises(ValueError, match="only Discrete and Box action spaces"):
+        GymEnv(MultiBinaryEnv(), name="multibinary")
     with pytest.raises(ValueError, match="Gymnasium cannot make"):
         envs.make("gym:NoSuchEnv-v0")
 
@@ -422,3 +429,69 @@ def test_atari_vector_batch_final_observation_matches_an_uncapped_run():
         assert step.final_observation is not step.observation
     finally:
         capped.close(), free.close()
+
+
+# ----------------------------------------------------------------------------- continuous actions, goals
+
+def test_box_action_space_is_described_and_clipped_with_a_count():
+    d = envs.describe("gym:Pendulum-v1")
+    assert (d.action_kind, d.action_shape, d.action_low, d.action_high, d.num_actions) == \
+        ("continuous", (1,), (-2.0,), (2.0,), 0)
+    assert d.action_space == "Box(-2, 2, (1,))" and envs.describe("cartpole").action_space == "Discrete(2)"
+    batch = envs.make_batch("gym:Pendulum-v1", 2, seed=0)
+    batch.reset()
+    batch.step(np.array([[0.5], [7.0]], np.float32))
+    assert batch.clipped_actions == 1
+    with pytest.raises(ValueError, match="non-finite"):
+        batch.step(np.array([[np.nan], [0.0]], np.float32))
+    with pytest.raises(ValueError, match=r"shape \(2, 1\)"):
+        batch.step(np.array([0, 1]))
+    batch.close()
+    with pytest.raises(ValueError, match="low < high"):
+        EnvDescriptor("x", (2,), "float32", 0, action_kind="continuous", action_shape=(1,),
+                      action_low=(1.0,), action_high=(1.0,))
+
+
+def test_stateless_cartpole_shows_position_and_angle_only():
+    full = envs.make_batch("cartpole", 3, seed=4)
+    blind = envs.make_batch("cartpole", 3, seed=4, observe_velocity=False)
+    assert envs.describe("cartpole", observe_velocity=False).observation_shape == (2,)
+    a, b = full.reset(), blind.reset()
+    for _ in range(30):
+        np.testing.assert_array_equal(b.observation, a.observation[:, [0, 2]])
+        np.testing.assert_array_equal(b.final_observation, a.final_observation[:, [0, 2]])
+        actions = np.array([0, 1, 1])
+        a, b = full.step(actions), blind.step(actions)
+    single = envs.make("cartpole", seed=1, observe_velocity=False)
+    assert single.reset().shape == (2,) and single.step(0).observation.shape == (2,)
+    with pytest.raises(ValueError, match="observe_velocity"):
+        envs.describe("cartpole", observe_velocity="no")
+    with pytest.raises(ValueError, match="observe_velocity only"):
+        envs.describe("cartpole", velocity=False)
+
+
+def test_reach_goal_env():
+    assert envs.describe("reach").observation_shape == (9,)           # defaults: 3-D, 5 cm tolerance
+    d = envs.describe("reach", dims=2, threshold=0.1)
+    assert d.goal_slices() == {"observation": slice(0, 2), "achieved_goal": slice(2, 4),
+                               "desired_goal": slice(4, 6)}
+    batch = envs.make_batch("reach", 2, seed=0, dims=2, threshold=0.1)
+    step = batch.reset()
+    goal = step.observation[:, 4:6].copy()
+    start = step.observation[:, 0:2].copy()
+    step = batch.step(np.array([[1.0, 0.0], [0.0, -0.5]], np.float32))
+    # the point moves by step_size * action (0.1), inside the box
+    np.testing.assert_allclose(step.observation[:, 0:2], start + [[0.1, 0.0], [0.0, -0.05]], atol=1e-6)
+    np.testing.assert_array_equal(step.observation[:, 2:4], step.observation[:, 0:2])
+    want = -(np.linalg.norm(step.observation[:, 0:2] - goal, axis=1) > 0.1).astype(np.float32)
+    np.testing.assert_array_equal(step.reward, want.astype(np.float32))
+    np.testing.assert_array_equal(batch.compute_reward(np.zeros((2, 2)), np.array([[0.05, 0], [0.2, 0]])), [0, -1])
+    for _ in range(49):
+        step = batch.step(np.zeros((2, 2), np.float32))
+    assert step.truncated.all() and not step.terminated.any() and (step.episode_length == 50).all()
+    np.testing.assert_array_equal(step.final_observation[:, 4:6], goal)     # the ended episode's goal
+    assert not np.array_equal(step.observation[:, 4:6], goal)               # a new goal drawn
+    env = envs.make("reach", seed=0, dims=4)
+    assert env.reset().shape == (12,) and env.descriptor.action_shape == (4,)
+    with pytest.raises(ValueError, match="dims"):
+        envs.describe("reach", dims=0)

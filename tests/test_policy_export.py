@@ -72,3 +72,59 @@ def test_evaluate_policy_on_cartpole(tmp_path):
         json.dump({"env": "cartpole", "env_options": {}}, f)
     again = evaluate_policy(path, episodes=4, num_envs=2, seed=3)
     assert again["returns"] == result["returns"]
+
+
+def test_continuous_export_plays_within_bounds_on_pendulum(tmp_path):
+    """A continuous export returns float actions; evaluate_policy steps a Box env with them and
+    counts the actions the env had to clip (the export here returns 3 = outside [-2, 2])."""
+    module = _Linear(np.zeros((3, 1)), [3.0])
+    path = export_policy(str(tmp_path / "export"), module, lambda obs: {"action": module(obs)}, (3,), np.float32,
+                         {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]}, algo="test_algo")
+    spec = json.load(open(os.path.join(path, EXPORT_JSON)))
+    assert spec["action"] == {"kind": "continuous", "shape": [1], "low": [-2.0], "high": [2.0]}
+    player = PolicyPlayer(path)
+    assert player.continuous and player.action_shape == (1,)
+    np.testing.assert_array_equal(player.act(np.zeros((2, 3), np.float32)), [[3.0], [3.0]])
+    result = evaluate_policy(path, "gym:Pendulum-v1", {}, episodes=2, num_envs=2, seed=0)
+    assert len(result["returns"]) == 2 and result["clipped_actions"] == 2 * 200
+    module4 = _Linear(np.zeros((4, 1)), [0.0])
+    path4 = export_policy(str(tmp_path / "export4"), module4, lambda obs: {"action": module4(obs)}, (4,),
+                          np.float32, {"kind": "continuous", "shape": [1], "low": [-1.0], "high": [1.0]},
+                          algo="test_algo")
+    with pytest.raises(ValueError, match=r"Discrete\(2\) actions; the export's are"):
+        evaluate_policy(path4, "cartpole", {}, episodes=1, num_envs=1)
+
+
+class _Counter(tf.Module):
+    """A recurrent policy: state n counts steps since the episode started; action = n mod 2;
+    it also echoes the previous action and reward."""
+
+    def __init__(self):
+        super().__init__(name="counter")
+        self.unused = tf.Variable(0.0)
+
+    def __call__(self, observation, prev_action, prev_reward, state):
+        n = state["n"] + 1.0
+        return {"action": tf.cast(tf.math.floormod(n[:, 0], 2.0), tf.int32), "next_state_n": n,
+                "echo_action": prev_action, "echo_reward": prev_reward}
+
+
+def test_recurrent_export_keeps_and_resets_its_state(tmp_path):
+    module = _Counter()
+    path = export_policy(str(tmp_path / "export"), module, module, (4,), np.float32,
+                         {"kind": "discrete", "num_actions": 2}, algo="test_algo", state_spec={"n": (1,)})
+    spec = json.load(open(os.path.join(path, EXPORT_JSON)))
+    assert spec["state"] == {"n": [1]}
+    assert sorted(spec["signatures"]["policy"]["inputs"]) == ["observation", "prev_action", "prev_reward", "state_n"]
+    player = PolicyPlayer(path)
+    assert player.recurrent
+    player.reset(2)
+    obs = np.zeros((2, 4), np.float32)
+    assert player.act(obs).tolist() == [1, 1]                 # n = 1
+    player.observe(np.array([0.5, 0.25]), np.array([False, True]))
+    out = player.outputs(obs)                                  # env 0: n = 2; env 1 restarted: n = 1
+    assert out["action"].tolist() == [0, 1]
+    assert out["echo_action"].tolist() == [1, 0] and out["echo_reward"].tolist() == [0.5, 0.0]
+    # CartPole episodes end; the player restarts those rows and plays on.
+    result = evaluate_policy(path, "cartpole", {}, episodes=3, num_envs=2, seed=0)
+    assert len(result["returns"]) == 3

@@ -76,6 +76,7 @@ class CounterService(core.InferenceService):
 
 class CounterBuilder(core.Builder):
     name = "counter"
+    two_player = True          # it learns nothing, so any env will do (the tests use tictactoe too)
     config_class = CounterConfig
     ingestion = "streaming"
 

@@ -36,14 +36,16 @@ class FakePolicy:
         self.num_actions = num_actions
         self.recurrent = recurrent
         self.acts = []       # (observation, prev_action, prev_reward, state, evaluation) per call
+        self.env_ids = []    # env_ids per call
         self.values = []
 
     def initial_state(self, num_envs):
         return {"h": np.zeros((num_envs, 1), np.float32)} if self.recurrent else {}
 
-    def act(self, observation, prev_action, prev_reward, state, evaluation):
+    def act(self, observation, prev_action, prev_reward, state, evaluation, env_ids):
         self.acts.append((observation.copy(), prev_action.copy(), prev_reward.copy(),
                           {k: v.copy() for k, v in state.items()}, evaluation.copy()))
+        self.env_ids.append(np.array(env_ids).copy())
         o = observation[:, 0]
         action = np.where(evaluation, self.num_actions - 1,
                           np.abs(o).astype(np.int64) % self.num_actions).astype(np.int32)
@@ -58,14 +60,15 @@ class FakePolicy:
 
 class Harness:
     def __init__(self, num_train=2, num_eval=0, unroll_length=3, overlap=1, max_batch=16,
-                 max_wait_ms=1.0, sink=None, policy=None, obs_size=2, num_actions=3):
+                 max_wait_ms=1.0, sink=None, policy=None, obs_size=2, num_actions=3,
+                 store_final_observations=False):
         self.policy = policy or FakePolicy(obs_size, num_actions)
         self.context = core.RunContext()
         self.unrolls = []
         self.service = StepStreamingService(
             self.policy, num_train_envs=num_train, num_eval_envs=num_eval, unroll_length=unroll_length,
             overlap=overlap, sink=sink or self._collect, context=self.context, max_batch=max_batch,
-            max_wait_ms=max_wait_ms)
+            max_wait_ms=max_wait_ms, store_final_observations=store_final_observations)
         self.server = BatchingServer(ServerConfig())
         self.service.bind(self.server)
         self.server.start()
@@ -354,6 +357,7 @@ def test_two_requests_naming_one_env_in_a_batch(harness_factory):
     assert len(errors) == 1 and len(results) == 2
     assert errors[0].code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "env_id 0 is also named by another request" in errors[0].details()
+    assert dict(errors[0].trailing_metadata()).get("mz-error") == "env-id-clash"
     stats = h.service.stats()
     assert stats["muzero.Streaming/inference/batches"] == 1
     assert stats["streaming/run_starts"] == 2 and stats["streaming/rejected_requests"] == 1
@@ -559,3 +563,56 @@ def test_command_line_thin_actor(harness_factory, tmp_path):
     assert "env ids 4..7" in ok.stdout
     assert h.context.env_steps == 40 - 4          # 10 calls of 4 envs; the first carries no transition
     assert {int(u["env_id"]) for u in h.unrolls} == {4, 5, 6, 7}
+
+
+class ContinuousPolicy:
+    """Box actions in [-1, 1]^2: action = the observation's two values, +inf where obs[0] == 1000."""
+
+    observation_shape = (2,)
+    observation_dtype = np.dtype(np.float32)
+    action_shape = (2,)
+    action_dtype = np.dtype(np.float32)
+    num_actions = 0
+    action_low = np.array([-1.0, -1.0], np.float32)
+    action_high = np.array([1.0, 1.0], np.float32)
+
+    def initial_state(self, num_envs):
+        return {}
+
+    def act(self, observation, prev_action, prev_reward, state, evaluation, env_ids):
+        action = observation.astype(np.float32).copy()
+        action[observation[:, 0] == 1000] = np.inf
+        return action, {}, {}
+
+    def value(self, observation):
+        return np.zeros(len(observation), np.float32)
+
+
+def test_continuous_actions_are_clipped_and_non_finite_ones_refused(harness_factory):
+    h = harness_factory(num_train=2, policy=ContinuousPolicy(), unroll_length=2, overlap=0)
+    info = h.client.info()
+    assert info["action_shape"] == (2,) and info["action_dtype"] == np.float32
+    np.testing.assert_array_equal(info["action_low"], [-1, -1])
+    actions = h.step([0, 1], 5, [[0.5, -0.25], [3.0, -3.0]])
+    np.testing.assert_array_equal(actions, [[0.5, -0.25], [1.0, -1.0]])   # row 1 clipped into the box
+    assert h.service.stats()["streaming/clipped_actions"] == 1
+    with pytest.raises(ServerError) as info:
+        h.step([0, 1], 5, [[1000.0, 0.0], [0.1, 0.1]])
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION and info.value.tag == "nonfinite-action"
+    assert "non-finite actions for env ids [0]" in info.value.details
+    assert h.service.stats()["streaming/nonfinite_batches"] == 1
+    actions = h.step([0, 1], 6, [[0.1, 0.2], [0.3, 0.4]])                  # still serving
+    np.testing.assert_allclose(actions, [[0.1, 0.2], [0.3, 0.4]])
+
+
+def test_unrolls_keep_the_observation_an_episode_ended_on(harness_factory):
+    """store_final_observations: final_observation[t] is the pre-reset observation where the
+    transition into step t ended an episode, the step's observation elsewhere."""
+    h = harness_factory(num_train=1, unroll_length=2, overlap=0, store_final_observations=True)
+    h.step([0], 9, [[1.0, 0.0]])
+    h.step([0], 9, [[2.0, 0.0]], rewards=[1.0], truncated=[True], final=np.array([[7.0, 7.0]], np.float32))
+    h.step([0], 9, [[3.0, 0.0]], rewards=[1.0], terminated=[True], final=np.array([[8.0, 8.0]], np.float32))
+    assert len(h.unrolls) == 1
+    u = h.unrolls[0]
+    np.testing.assert_array_equal(u["observation"][:, 0], [1, 2, 3])
+    np.testing.assert_array_equal(u["final_observation"], [[1, 0], [7, 7], [8, 8]])

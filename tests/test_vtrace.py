@@ -283,8 +283,9 @@ def test_builder_defaults_and_env_checks():
     BUILDER.check_env(envs.describe("cartpole"))
     with pytest.raises(ConfigError, match=r"vtrace.*two-player.*muzero"):
         BUILDER.check_env(envs.describe("tictactoe"))
-    continuous = dataclasses.replace(TOY, num_actions=0)
-    with pytest.raises(ConfigError, match="discrete"):
+    continuous = dataclasses.replace(TOY, num_actions=0, action_kind="continuous", action_shape=(1,),
+                                     action_low=(-2.0,), action_high=(2.0,))
+    with pytest.raises(ConfigError, match=r"vtrace.*Box\(-2, 2, \(1,\)\).*discrete"):
         BUILDER.check_env(continuous)
     with pytest.raises(ConfigError, match="trainable parts"):
         BUILDER.make_learner(_settings(), TOY, None, trainable_parts=["dynamics"])

@@ -28,7 +28,7 @@ import grpc
 import numpy as np
 
 import envs
-from muzero.algorithms.streaming import STREAMING_SERVICE
+from muzero.algorithms.streaming import ENV_ID_CLASH, NONFINITE_ACTION, STREAMING_SERVICE
 from muzero.rpc import wire
 from muzero.rpc.client import ServerError, open_channel
 from muzero.rpc.config import ClientConfig
@@ -41,6 +41,12 @@ _RECONNECT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 class BadActionError(RuntimeError):
     """The server answered actions that must not reach the envs (wrong shape or dtype,
     out of [0, A), non-finite)."""
+
+
+# Refusals after which the actor starts over under a new run id (the server applied nothing of
+# the call): another client named one of its env ids in the same batch, or the policy produced
+# a non-finite action (the step is refused, never sent to an env; the actor backs off first).
+_RESTART_TAGS = (ENV_ID_CLASH, NONFINITE_ACTION)
 
 
 class StreamingClient:
@@ -78,6 +84,8 @@ class StreamingClient:
             out[k] = tuple(int(d) for d in out[k])
         for k in ("observation_dtype", "action_dtype"):
             out[k] = wire.DTYPE_CODES[int(out[k])]
+        for k in ("action_low", "action_high"):       # absent from servers that predate them
+            out[k] = np.asarray(out.get(k, np.zeros(0, np.float32)), np.float32)
         return out
 
     def inference(self, env_ids, run_ids, rewards, terminated, truncated, observations,
@@ -172,6 +180,7 @@ class StreamingActor:
         self.calls = 0
         self.reconnects = 0
         self.bad_actions = 0
+        self.refused_steps = 0      # calls the server refused for non-finite actions
         self.weights_version = 0
 
     # -- connection -------------------------------------------------------------------------------
@@ -183,12 +192,15 @@ class StreamingActor:
             raise ValueError(f"server observations are {info['observation_dtype']} "
                              f"{list(info['observation_shape'])}; env {s.env!r} gives "
                              f"{d.observation_dtype} {list(d.observation_shape)}")
-        if info["action_shape"] != () or info["action_dtype"].kind not in "iu":
-            raise ValueError(f"server actions are {info['action_dtype']} {list(info['action_shape'])}; "
-                             f"env {s.env!r} takes discrete actions")
-        if info["num_actions"] != d.num_actions:
-            raise ValueError(f"server num_actions={info['num_actions']}; env {s.env!r} has "
-                             f"{d.num_actions}")
+        server_space = (f"{info['action_dtype']} {list(info['action_shape'])}"
+                        + (f" ({info['num_actions']} actions)" if info["action_dtype"].kind in "iu" else ""))
+        if d.is_continuous:
+            if info["action_shape"] != tuple(d.action_shape) or info["action_dtype"].kind != "f":
+                raise ValueError(f"server actions are {server_space}; env {s.env!r} takes "
+                                 f"{d.action_space} (float32 {list(d.action_shape)})")
+        elif info["action_shape"] != () or info["action_dtype"].kind not in "iu" \
+                or info["num_actions"] != d.num_actions:
+            raise ValueError(f"server actions are {server_space}; env {s.env!r} takes {d.action_space}")
         nt, ne = info["num_train_envs"], info["num_eval_envs"]
         lo, hi = s.env_id_base, s.env_id_base + s.num_envs
         want = (nt, nt + ne) if s.evaluation else (0, nt)
@@ -227,12 +239,20 @@ class StreamingActor:
 
     # -- acting -------------------------------------------------------------------------------------
     def check_actions(self, actions: np.ndarray) -> np.ndarray:
-        """The server's actions, checked before they reach the envs: shape [E], an integer
-        dtype, values in [0, A). Anything else is counted and raises BadActionError."""
+        """The server's actions, checked before they reach the envs. Discrete: shape [E], an
+        integer dtype, values in [0, A). Continuous: shape [E, d], a float dtype, finite (the
+        env batch clips them into its bounds and counts that). Anything else is counted and
+        raises BadActionError."""
         e, a = self.settings.num_envs, self.descriptor.num_actions
         actions = np.asarray(actions)
         problem = None
-        if actions.shape != (e,):
+        if self.descriptor.is_continuous:
+            shape = (e, *self.descriptor.action_shape)
+            if actions.shape != shape or actions.dtype.kind != "f":
+                problem = f"{actions.dtype} {list(actions.shape)}, expected float {list(shape)}"
+            elif not np.isfinite(actions).all():
+                problem = f"non-finite values {actions[~np.isfinite(actions)][:4].tolist()}"
+        elif actions.shape != (e,):
             problem = f"shape {list(actions.shape)}, expected [{e}]"
         elif actions.dtype.kind not in "iu":
             bad = actions[~np.isfinite(actions)] if actions.dtype.kind == "f" else actions
@@ -249,8 +269,12 @@ class StreamingActor:
 
     def _reconnect(self, error: ServerError) -> None:
         self.reconnects += 1
-        self.log(f"streaming actor {self.settings.env_id_base}: {error.code.name if error.code else error}; "
-                 "reconnecting with a new run id")
+        what = error.tag or (error.code.name if error.code else str(error))
+        self.log(f"streaming actor {self.settings.env_id_base}: {what}; reconnecting with a new run id")
+        if error.tag == NONFINITE_ACTION:
+            self.refused_steps += 1
+            cfg = self.client.config      # the network needs updates before it acts again
+            self.stop_event.wait(min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(self.refused_steps, 10)))
         self.connect()
         self.run_id = new_run_id()
 
@@ -267,21 +291,19 @@ class StreamingActor:
             else:
                 rewards, terminated, truncated = step.reward, step.terminated, step.truncated
                 final = None
-                if truncated.any():
+                if truncated.any() or terminated.any():    # the observations the episodes ended on
                     final = step.final_observation
-                    if final is None:
+                    if final is None and truncated.any():
                         raise RuntimeError(f"env {s.env!r}: its EnvBatch reports truncation without "
                                            "final_observation; streaming needs it to bootstrap")
             try:
                 actions, self.weights_version = self.client.inference(
                     self.env_ids, self.run_id, rewards, terminated, truncated, step.observation, final)
             except ServerError as err:
-                # Another client named one of this actor's env ids in the same batch (a second
-                # actor started with an overlapping --env_id_base, or a stray client): the server
-                # refused this call and applied none of it. Start over under a new run id.
-                clash = (err.code == grpc.StatusCode.INVALID_ARGUMENT
-                         and "is also named by another request" in (err.details or ""))
-                if (err.code not in _RECONNECT_CODES and not clash) or self.stop_event.is_set():
+                # Besides lost connections: refusals that applied nothing of this call (see
+                # _RESTART_TAGS); either way, start over under a new run id.
+                if (err.code not in _RECONNECT_CODES and err.tag not in _RESTART_TAGS) \
+                        or self.stop_event.is_set():
                     raise
                 self._reconnect(err)
                 step, first = self.batch.reset(), True

@@ -27,6 +27,11 @@ def names() -> list:
     return sorted(_BUILDERS)
 
 
+def accepting(descriptor) -> list:
+    """Names of the algorithms whose builder accepts an env with this descriptor."""
+    return [n for n in names() if get(n).refusal(descriptor) is None]
+
+
 def get(name: str):
     """The Builder of algorithm ``name``; UnknownAlgorithmError lists the known ones."""
     if name not in _BUILDERS:

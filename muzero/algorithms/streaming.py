@@ -14,14 +14,16 @@ Methods, on service ``muzero.Streaming`` (``STREAMING_SERVICE``) of a
   ``env_ids`` i32 [B], ``run_ids`` i64 [B] (non-zero), ``rewards`` f32 [B],
   ``terminated`` bool [B], ``truncated`` bool [B], ``observations`` [B, *obs] (the
   policy's observation dtype), optional ``final_observations`` [B, *obs] — required
-  when any ``truncated`` is true: the pre-reset observation of truncated envs (rows of
-  other envs are ignored). Response: ``actions`` [B, *action_shape] (action dtype),
+  when any ``truncated`` is true: the pre-reset observation of envs whose episode just
+  ended (truncated, and terminated where the actor sends it; rows of other envs are
+  ignored). Response: ``actions`` [B, *action_shape] (action dtype),
   ``weights_version`` i64.
 * ``stream_info`` (unary, no fields): ``num_train_envs``, ``num_eval_envs``,
   ``observation_shape`` i64 [k], ``observation_dtype`` u8 (wire dtype code),
   ``action_shape`` i64 [k] (empty for discrete actions), ``action_dtype`` u8,
-  ``num_actions``, ``unroll_length``, ``overlap``, ``weights_version``, ``max_batch``
-  (i64 scalars unless said otherwise).
+  ``action_low`` / ``action_high`` f32 [d] (continuous actions: the bounds the service
+  clips into; empty for discrete ones), ``num_actions``, ``unroll_length``, ``overlap``,
+  ``weights_version``, ``max_batch`` (i64 scalars unless said otherwise).
 
 Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
 
@@ -37,12 +39,22 @@ Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
    (training or evaluation by env id), and the recurrent state, previous action and
    previous reward reset before acting on the (already reset) observation.
 3. ``policy.act`` runs once for the whole batch (under ``model_lock``) with
-   ``prev_reward`` = the reward just received (0 at an episode's start) and
-   ``evaluation`` = the env is an evaluation env; ``policy.value`` runs once on the
-   final observations of truncated training rows (the bootstrap value).
+   ``prev_reward`` = the reward just received (0 at an episode's start),
+   ``evaluation`` = the env is an evaluation env and the rows' ``env_ids``;
+   ``policy.value`` runs once on the final observations of truncated training rows (the
+   bootstrap value). Continuous actions are clipped into the policy's
+   ``action_low``/``action_high`` (counted as ``clipped_actions``). A non-finite action
+   (a diverged network) is never sent: the batch fails with FAILED_PRECONDITION (tag
+   ``nonfinite-action``, counted as ``nonfinite_batches``) before any step of it is
+   recorded as acted on, and its actors start over under new run ids.
 4. Training envs (ids ``[0, num_train_envs)``) append one step to their unroll; an
    unroll of ``overlap + unroll_length + 1`` steps is emitted and the next one starts
-   with its last ``overlap + 1`` steps. Evaluation envs (the next ``num_eval_envs``
+   with its last ``overlap + 1`` steps. With ``store_final_observations`` the unroll also
+   holds ``final_observation`` [L, *obs]: at a step whose transition ended an episode, the
+   observation it ended on (as sent; the reset observation for a terminated row sent
+   without one), elsewhere the step's own observation — so the state reached by step t's
+   action is always ``final_observation[t + 1]`` (replay learners store transitions).
+   Evaluation envs (the next ``num_eval_envs``
    ids) build no unrolls. ``context.add_env_steps`` counts one step per training row
    except a run's first call.
 
@@ -63,18 +75,22 @@ import logging
 import threading
 from typing import Callable, Optional, Protocol, runtime_checkable
 
+import grpc
 import numpy as np
 
 from muzero import core
 from muzero.rpc import checks, wire
-from muzero.rpc.server import BatchingServer, Prepared, invalid
+from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 
 STREAMING_SERVICE = "muzero.Streaming"
+# mz-error tags of this service's refusals (the thin actor starts over under a new run id).
+ENV_ID_CLASH = "env-id-clash"
+NONFINITE_ACTION = "nonfinite-action"
 _LOG = logging.getLogger(__name__)
 _REQUIRED = ("env_ids", "run_ids", "rewards", "terminated", "truncated", "observations")
 _OPTIONAL = ("final_observations",)
 _RESERVED = ("observation", "reward", "terminated", "truncated", "bootstrap_value", "action",
-             "env_id")
+             "env_id", "final_observation")
 
 
 @runtime_checkable
@@ -87,6 +103,8 @@ class StreamingPolicy(Protocol):
       action_shape: shape of one action; ``()`` for discrete actions.
       action_dtype: ``np.int32`` for discrete actions, ``np.float32`` for continuous ones.
       num_actions: discrete: the number of actions A; continuous: 0.
+      action_low, action_high (continuous actions only, optional): per-dimension bounds;
+        the service clips actions into them and counts the rows it had to clip.
 
     Arrays may be numpy arrays or objects with ``.numpy()`` (tf.Tensor); the service
     converts them. Calls come from one thread at a time, under the service's
@@ -103,10 +121,10 @@ class StreamingPolicy(Protocol):
         """``{name: [num_envs, ...] np array}``: the recurrent state at an episode's start;
         ``{}`` for feed-forward policies."""
 
-    def act(self, observation, prev_action, prev_reward, state: dict, evaluation) -> tuple:
+    def act(self, observation, prev_action, prev_reward, state: dict, evaluation, env_ids) -> tuple:
         """observation [B, *obs], prev_action [B, *action_shape], prev_reward [B] f32,
-        state {k: [B, ...]}, evaluation [B] bool (True rows act deterministically/greedily)
-        -> (action [B, *action_shape] action_dtype, outputs {name: [B, ...] arrays stored in
+        state {k: [B, ...]}, evaluation [B] bool (True rows act deterministically/greedily),
+        env_ids [B] int (e.g. for per-env exploration rates) -> (action [B, *action_shape] action_dtype, outputs {name: [B, ...] arrays stored in
         the unroll, e.g. policy_logits, baseline}, new_state {k: [B, ...]})."""
 
     def value(self, observation) -> np.ndarray:
@@ -152,11 +170,12 @@ class StepStreamingService(core.InferenceService):
       context: the run's ``core.RunContext`` (episodes, env steps, stop_event).
       max_batch: most rows per batch (and per request).
       max_wait_ms: a batch closes this long after its first request at the latest.
+      store_final_observations: unrolls carry ``final_observation`` (see the module doc).
     """
 
     def __init__(self, policy, *, num_train_envs: int, num_eval_envs: int, unroll_length: int,
                  overlap: int, sink: Callable[[dict], bool], context: core.RunContext,
-                 max_batch: int = 1024, max_wait_ms: float = 2.0):
+                 max_batch: int = 1024, max_wait_ms: float = 2.0, store_final_observations: bool = False):
         for name, value, lo in (("num_train_envs", num_train_envs, 0), ("num_eval_envs", num_eval_envs, 0),
                                 ("unroll_length", unroll_length, 1), ("overlap", overlap, 0),
                                 ("max_batch", max_batch, 1)):
@@ -194,6 +213,14 @@ class StepStreamingService(core.InferenceService):
                              f"got {self.num_actions}")
         if not self.discrete and self.action_dtype.kind != "f":
             raise ValueError(f"policy: action_dtype {self.action_dtype} must be an integer or float dtype")
+        self.action_low = self.action_high = None
+        if not self.discrete and getattr(policy, "action_low", None) is not None:
+            self.action_low = np.broadcast_to(np.asarray(policy.action_low, np.float32), self.action_shape).copy()
+            self.action_high = np.broadcast_to(np.asarray(policy.action_high, np.float32), self.action_shape).copy()
+            if not (np.isfinite(self.action_low).all() and np.isfinite(self.action_high).all()
+                    and (self.action_low < self.action_high).all()):
+                raise ValueError(f"policy: action bounds must be finite with low < high; got "
+                                 f"{self.action_low.tolist()} and {self.action_high.tolist()}")
 
         n, nt, L = self.num_envs, self.num_train_envs, self.length
         # -- per-env state [N, ...]
@@ -219,6 +246,9 @@ class StepStreamingService(core.InferenceService):
                      "truncated": np.zeros((nt, L), bool),
                      "bootstrap_value": np.zeros((nt, L), np.float32),
                      "action": np.zeros((nt, L, *self.action_shape), self.action_dtype)}
+        self.store_final_observations = bool(store_final_observations)
+        if self.store_final_observations:
+            self._buf["final_observation"] = np.zeros_like(self._buf["observation"])
         for k, (shape, dtype) in self.output_spec.items():
             self._buf[k] = np.zeros((nt, L, *shape), dtype)
         # The same memory as [Nt * L, ...]: row e * L + t is step t of env e (one-index writes).
@@ -234,7 +264,8 @@ class StepStreamingService(core.InferenceService):
         self._counters = dict.fromkeys(
             ("unrolls_emitted", "unrolls_delivered", "unrolls_dropped", "sink_errors",
              "abandoned_episodes", "run_starts", "episodes_train", "episodes_eval",
-             "steps_train", "steps_eval", "rejected_requests"), 0)
+             "steps_train", "steps_eval", "rejected_requests", "clipped_actions",
+             "nonfinite_batches"), 0)
 
     # -- policy checks ---------------------------------------------------------------------------
     def _probe(self) -> dict:
@@ -247,7 +278,7 @@ class StepStreamingService(core.InferenceService):
                              f"vs {sorted(self._init_state)}")
         action, outputs, new_state = self.policy.act(
             obs, np.zeros((2, *self.action_shape), self.action_dtype), np.zeros(2, np.float32),
-            state, np.array([False, True]))
+            state, np.array([False, True]), np.array([0, self.num_envs - 1], np.int32))
         action = checks.to_numpy(action)
         if action.shape != (2, *self.action_shape):
             raise ValueError(f"policy.act returned actions of shape {list(action.shape)} for 2 rows; "
@@ -296,7 +327,9 @@ class StepStreamingService(core.InferenceService):
         was closed), sink_errors, abandoned_episodes (an env restarted with a new run id in the
         middle of an episode), run_starts (first calls of a run id), episodes_train /
         episodes_eval, steps_train / steps_eval (transitions received), rejected_requests
-        (requests failed inside a batch: an env id named by two requests of one batch);
+        (requests failed inside a batch: an env id named by two requests of one batch),
+        clipped_actions (continuous action rows clipped into the bounds), nonfinite_batches
+        (batches refused because the policy returned a non-finite action);
         plus ``streaming/weights_version`` and ``streaming/partial_unroll_steps``."""
         out = self.server.stats(reset) if self.server is not None else {}
         with self._stats_lock:
@@ -323,6 +356,10 @@ class StepStreamingService(core.InferenceService):
                 "observation_dtype": np.uint8(wire.dtype_code(self.observation_dtype)),
                 "action_shape": np.array(self.action_shape, np.int64),
                 "action_dtype": np.uint8(wire.dtype_code(self.action_dtype)),
+                "action_low": (np.zeros(0, np.float32) if self.action_low is None
+                               else self.action_low.reshape(-1)),
+                "action_high": (np.zeros(0, np.float32) if self.action_high is None
+                                else self.action_high.reshape(-1)),
                 "num_actions": np.int64(self.num_actions),
                 "unroll_length": np.int64(self.unroll_length),
                 "overlap": np.int64(self.overlap),
@@ -366,8 +403,8 @@ class StepStreamingService(core.InferenceService):
         final = observations
         if "final_observations" in t:
             final = checks.array(m, t, "final_observations", self.observation_dtype, obs_shape)
-            if truncated.any():
-                rows = np.flatnonzero(truncated)
+            if (truncated | terminated).any():
+                rows = np.flatnonzero(truncated | terminated)
                 _finite(m, "final_observations", final[rows], env_ids, rows)
         elif truncated.any():
             row = int(np.flatnonzero(truncated)[0])
@@ -415,9 +452,10 @@ class StepStreamingService(core.InferenceService):
             ids = env[lo:hi]
             clash = seen[ids]
             if clash.any():
-                batch.fail(i, invalid(
+                batch.fail(i, RequestError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
                     f"inference: env_id {int(ids[clash][0])} is also named by another request "
-                    "in the same batch; each env id belongs to one actor"))
+                    "in the same batch; each env id belongs to one actor", tag=ENV_ID_CLASH))
                 keep[lo:hi] = False
             else:
                 seen[ids] = True
@@ -472,15 +510,12 @@ class StepStreamingService(core.InferenceService):
         trunc_train = truncated & train
         with self.model_lock:
             action, outputs, new_state = self.policy.act(x["observations"], prev_action, reward_in,
-                                                         state, ~train)
+                                                         state, ~train, x["env_ids"])
             values = (self.policy.value(x["final_observations"][trunc_train])
                       if trunc_train.any() else None)
             version = self.weights_version
         b = len(env)
-        action = checks.to_numpy(action)
-        if action.shape != (b, *self.action_shape):
-            raise ValueError(f"policy.act returned actions of shape {list(action.shape)} for {b} rows")
-        action = action.astype(self.action_dtype, copy=False)
+        action = self._checked_actions(action, b, x["env_ids"])
         new_state = {k: checks.to_numpy(v) for k, v in new_state.items()}
         self._check_state("policy.act new_state", new_state, b)
         for k, v in new_state.items():
@@ -498,7 +533,7 @@ class StepStreamingService(core.InferenceService):
                                      f"{int(trunc_train.sum())} rows")
                 bootstrap[trunc_train] = values
             unrolls = self._append(env, train, x["observations"], reward, terminated, truncated,
-                                   bootstrap, action, outputs, state)
+                                   bootstrap, action, outputs, state, x["final_observations"])
         steps = seen & train
         n_train = int(np.count_nonzero(steps))
         n_eval = int(np.count_nonzero(seen)) - n_train
@@ -524,8 +559,34 @@ class StepStreamingService(core.InferenceService):
             c["unrolls_emitted"] += len(unrolls)
         return action, unrolls, version
 
+    def _checked_actions(self, action, b: int, env_ids: np.ndarray) -> np.ndarray:
+        """The policy's actions [b, *action_shape] in the action dtype, continuous ones clipped
+        into the bounds; a non-finite action fails the whole batch (nothing sent to an env)."""
+        action = checks.to_numpy(action)
+        if action.shape != (b, *self.action_shape):
+            raise ValueError(f"policy.act returned actions of shape {list(action.shape)} for {b} rows")
+        if self.discrete:
+            return action.astype(self.action_dtype, copy=False)
+        action = action.astype(self.action_dtype, copy=False)
+        finite = np.isfinite(action).reshape(b, -1).all(axis=1)
+        if not finite.all():
+            with self._stats_lock:
+                self._counters["nonfinite_batches"] += 1
+            bad = env_ids[~finite]
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"inference: the policy returned non-finite actions for env ids "
+                               f"{bad[:8].tolist()} (has training diverged? see the learner's losses); "
+                               "no action of this batch was sent", tag=NONFINITE_ACTION)
+        if self.action_low is not None:
+            outside = ((action < self.action_low) | (action > self.action_high)).reshape(b, -1).any(axis=1)
+            if outside.any():
+                action = np.clip(action, self.action_low, self.action_high)
+                with self._stats_lock:
+                    self._counters["clipped_actions"] += int(outside.sum())
+        return action
+
     def _append(self, env, train, observation, reward, terminated, truncated, bootstrap, action,
-                outputs, state) -> list:
+                outputs, state, final_observation) -> list:
         """Writes one step of every training row into its partial unroll; returns the
         unrolls that became full (and starts their successors)."""
         rows = None if train.all() else np.flatnonzero(train)      # usually every row trains
@@ -542,6 +603,11 @@ class StepStreamingService(core.InferenceService):
         views["truncated"][flat] = pick(truncated)
         views["bootstrap_value"][flat] = pick(bootstrap)
         views["action"][flat] = pick(action)
+        if self.store_final_observations:
+            ended = pick(terminated | truncated)
+            views["final_observation"][flat] = pick(observation)
+            if ended.any():
+                views["final_observation"][flat[ended]] = pick(final_observation)[ended]
         for k in self.output_spec:
             v = checks.to_numpy(outputs[k])
             if v.shape[:1] != (len(env),):
@@ -611,17 +677,24 @@ class StreamingBuilder(core.Builder):
     ``muzero.actor.streaming.run_streaming_actor``. Subclasses make the learner and settings."""
 
     ingestion = "streaming"
+    # Unrolls carry ``final_observation`` (replay learners that store transitions need the
+    # state an episode ended in, not the next episode's first one).
+    store_final_observations = False
 
     def policy(self, learner):
         """The ``StreamingPolicy`` the service runs (the learner's serving network)."""
         return learner.policy
 
+    def overlap(self, settings) -> int:
+        """Steps each unroll shares with the next beyond SEED's one (R2D2: the burn-in)."""
+        return 0
+
     def make_service(self, settings, descriptor, learner, context, server_config):
         return StepStreamingService(
             self.policy(learner), num_train_envs=settings.num_actors * settings.envs_per_actor,
             num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
-            unroll_length=settings.config.training.unroll_length, overlap=0,
-            sink=learner.sink, context=context)
+            unroll_length=settings.config.training.unroll_length, overlap=self.overlap(settings),
+            sink=learner.sink, context=context, store_final_observations=self.store_final_observations)
 
     def actor_target(self):
         from muzero.actor.streaming import run_streaming_actor

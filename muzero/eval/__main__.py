@@ -45,6 +45,10 @@ def main(argv):
         result = evaluate_policy(FLAGS.export_dir, env=FLAGS.env, env_options=options, episodes=FLAGS.episodes,
                                  num_envs=FLAGS.num_envs, seed=FLAGS.seed)
         print(f"episodes={len(result['returns'])} mean_return={result['mean_return']:.2f}")
+        if "success_rate" in result:
+            print(f"success_rate={result['success_rate']:.3f}")
+        if result["clipped_actions"]:
+            print(f"clipped_actions={result['clipped_actions']} (actions outside the env's bounds, clipped)")
         return
     run = load_run(FLAGS.export_dir) or {}
     search_config = search_config_from_run(run) if run else None

@@ -270,6 +270,9 @@ class _BatchedMethod:
                 result = {k: v[lo:hi] for k, v in outputs.items()}
                 result.update(batch.common)
                 it.result = result
+        except RequestError as e:  # the method refused the whole batch with a precise status
+            for it in items:
+                it.error = e
         except Exception as e:  # a bug or a model failure: fail this batch, keep serving
             _LOG.exception("%s: batch of %d requests failed", self.name, len(items))
             err = RequestError(grpc.StatusCode.INTERNAL, f"{self.name}: {type(e).__name__}: {e}")

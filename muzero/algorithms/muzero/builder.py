@@ -10,6 +10,7 @@ class MuZeroBuilder(core.Builder):
     name = "muzero"
     config_class = MuZeroConfig
     ingestion = "trajectory"
+    two_player = True
 
     def default_settings(self, env: str):
         return defaults.run_defaults(env)

@@ -72,21 +72,6 @@ class PPOBuilder(StreamingBuilder):
         raise ValueError(f"--algo=ppo has no defaults for env {env!r}; it has defaults for "
                          "cartpole, atari and gym:<ID> (single-player envs with discrete actions)")
 
-    def check_env(self, descriptor) -> None:
-        action_kind = getattr(descriptor, "action_kind", "discrete")
-        if descriptor.two_player:
-            raise ConfigError(f"--algo=ppo cannot train on env {descriptor.name!r}: it is a two-player game "
-                              f"(Discrete({descriptor.num_actions}) actions, alternating turns) and PPO "
-                              "trains single-agent policies; algorithms accepting it: muzero")
-        num_actions = getattr(descriptor, "num_actions", None)
-        if (action_kind != "discrete" or isinstance(num_actions, bool) or not isinstance(num_actions, int)
-                or num_actions < 1):
-            space = getattr(descriptor, "action_space", None) or f"{action_kind} actions"
-            from muzero import algorithms
-            accepting = [n for n in ("sac",) if n in algorithms.names()]
-            raise ConfigError(f"--algo=ppo needs a discrete action space; env {descriptor.name!r} has {space}; "
-                              f"algorithms accepting it: {', '.join(accepting) or 'none registered'}")
-
     def check_settings(self, settings) -> None:
         t = settings.config.training
         if settings.num_actors < 1:

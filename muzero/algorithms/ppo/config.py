@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, fail_field)
+from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, check_sizes,
+                           fail_field)
 
 TORSOS = ("auto", "mlp", "atari")
 ACTIVATIONS = ("relu", "tanh")
@@ -23,16 +24,6 @@ SCHEDULES = ("constant", "linear")
 Q_AGGREGATES = ("max", "mean")
 # Layers of the Atari conv torso (8x8/4 32, 4x4/2 64, 3x3/1 64), counted by shared_layers.
 ATARI_CONV_LAYERS = 3
-
-
-def _check_sizes(obj, field: str) -> None:
-    sizes = getattr(obj, field)
-    if isinstance(sizes, list):
-        sizes = tuple(sizes)
-    if (not isinstance(sizes, tuple) or not sizes
-            or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 65_536 for s in sizes)):
-        fail_field(obj, field, getattr(obj, field), "must be a non-empty list of integers in [1, 65536]")
-    object.__setattr__(obj, field, sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +57,8 @@ class PPONetworkConfig:
     def __post_init__(self):
         check_choice(self, "torso", TORSOS)
         check_choice(self, "activation", ACTIVATIONS)
-        _check_sizes(self, "policy_hidden_sizes")
-        _check_sizes(self, "value_hidden_sizes")
+        check_sizes(self, "policy_hidden_sizes")
+        check_sizes(self, "value_hidden_sizes")
         most = ATARI_CONV_LAYERS + min(len(self.policy_hidden_sizes), len(self.value_hidden_sizes))
         check_int(self, "shared_layers", 0, most)
         check_float(self, "policy_init_scale", 0.0, 100.0, lo_open=True)

@@ -21,24 +21,20 @@ Imports NumPy, TensorFlow and the package's PPO, config and queue modules.
 """
 from __future__ import annotations
 
-import json
-import os
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from muzero import core
 from muzero.algorithms.ppo.config import PPOConfig
 from muzero.algorithms.ppo.networks import PPOPolicy, make_networks
+from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.config import to_dict
 from muzero.network.layers import variable_copier
 
 ALGO = "ppo"
-MODEL = "model"          # tf.train.Checkpoint prefix inside a checkpoint directory
 PPO_STATE = "ppo_state.json"   # RNG states inside a checkpoint directory (written by save)
-RUN_STATE = "state.json"       # the run loop's counters inside a checkpoint directory
 
 
 # -- pure functions ----------------------------------------------------------------------------
@@ -181,12 +177,15 @@ def _make_optimizer(learning_rate: float, training) -> tf.keras.optimizers.Optim
     return tf.keras.optimizers.Adam(lr, epsilon=training.adam_epsilon)
 
 
-class PPOLearner(core.Learner):
+class PPOLearner(CheckpointedLearner):
     """PPO with separate policy and value optimisers, fed by step-streaming unrolls.
 
     ``policy`` is the ``PPOPolicy`` the streaming service acts with (it reads ``serving``);
     ``sink(unroll)`` is what the service calls with each finished unroll.
     """
+
+    ALGO = ALGO
+    STATE_JSON = PPO_STATE
 
     def __init__(self, descriptor, config: PPOConfig, seed: int = 0):
         self.descriptor = descriptor
@@ -342,54 +341,19 @@ class PPOLearner(core.Learner):
     def copy_to_serving(self, _model=None) -> None:
         self._copy_weights()
 
-    def save(self, directory: str) -> None:
-        """Weights, both optimisers and the step (``model``) and the RNG states
-        (``ppo_state.json``); the run loop adds its ``state.json``. The unroll queue is not
-        saved: on-policy data is stale after a restart."""
-        os.makedirs(directory, exist_ok=True)
-        self.checkpoint.write(os.path.join(directory, MODEL))
-        state = {"algo": ALGO, "step": self.training_step, "rng": self.rng.bit_generator.state,
-                 "policy_rng": self.policy._rng.bit_generator.state, "config": to_dict(self.config)}
-        with open(os.path.join(directory, PPO_STATE), "w") as f:
-            json.dump(state, f, indent=2)
+    # save / restore / init_from: CheckpointedLearner. The unroll queue is not saved: on-policy
+    # data is stale after a restart.
+    def learner_state(self) -> dict:
+        return {"step": self.training_step, "rng": self.rng.bit_generator.state,
+                "policy_rng": self.policy._rng.bit_generator.state, "config": to_dict(self.config)}
 
-    @staticmethod
-    def _check_algo(directory: str) -> None:
-        """Raises ValueError when ``directory`` is another algorithm's checkpoint."""
-        for name in (PPO_STATE, RUN_STATE):
-            path = os.path.join(directory, name)
-            if os.path.isfile(path):
-                with open(path) as f:
-                    algo = json.load(f).get("algo", ALGO)
-                if algo != ALGO:
-                    raise ValueError(f"{directory} is a checkpoint of --algo={algo}, not --algo={ALGO}")
-
-    def restore(self, directory: str) -> None:
-        self._check_algo(directory)
-        with open(os.path.join(directory, PPO_STATE)) as f:
-            state = json.load(f)
-        self.checkpoint.read(os.path.join(directory, MODEL)).assert_existing_objects_matched()
+    def load_learner_state(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
         self.policy._rng.bit_generator.state = state["policy_rng"]
-        self.copy_to_serving()
 
-    def init_from(self, path: str) -> str:
-        """Network weights (not the optimisers, step or RNG) from another PPO run's checkpoint
-        directory (or a logdir / checkpoints directory holding one); returns the directory used."""
-        from muzero.learner.checkpoints import resolve_checkpoint
-        ckpt_dir = resolve_checkpoint(path)
-        if ckpt_dir is None:
-            raise FileNotFoundError(f"--init_checkpoint={path!r}: no checkpoint found there (expected a "
-                                    f"ckpt-<step> directory, or a logdir holding checkpoints)")
-        self._check_algo(ckpt_dir)
-        status = tf.train.Checkpoint(networks=self.networks).read(os.path.join(ckpt_dir, MODEL))
-        try:
-            status.assert_existing_objects_matched()
-        except AssertionError as e:
-            raise ValueError(f"{ckpt_dir}: its networks do not match this run's network settings ({e})") from None
-        status.expect_partial()
-        self.copy_to_serving()
-        return ckpt_dir
+    def init_parts(self) -> dict:
+        """Fine-tuning restores the network weights (not the optimisers, step or RNG)."""
+        return {"networks": self.networks}
 
     def export(self, directory: str) -> None:
         """SavedModel with ``policy(observation) -> {"action" (greedy), "policy_logits"}`` and

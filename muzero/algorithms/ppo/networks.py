@@ -324,8 +324,9 @@ class PPOPolicy:
     def initial_state(self, num_envs: int) -> dict:
         return {}
 
-    def act(self, observation, prev_action, prev_reward, state: dict, evaluation) -> tuple:
-        """observation [B, *obs], prev_action [B], prev_reward [B], state {}, evaluation [B] bool ->
+    def act(self, observation, prev_action, prev_reward, state: dict, evaluation, env_ids=None) -> tuple:
+        """observation [B, *obs], prev_action [B], prev_reward [B], state {}, evaluation [B] bool
+        (env_ids unused) ->
         (action [B] i32: sampled, argmax where evaluation; {"policy_logits": [B, A] f32,
         "value": [B] f32 behaviour value in return units}; new state {})."""
         logits, value = self._run(observation)

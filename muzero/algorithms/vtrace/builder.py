@@ -86,20 +86,6 @@ class VTraceBuilder(StreamingBuilder):
                          "with discrete actions: cartpole, atari, gym:<ID> (two-player games such as "
                          "tictactoe: --algo=muzero)")
 
-    def check_env(self, descriptor) -> None:
-        if getattr(descriptor, "two_player", False):
-            raise ConfigError(f"--algo=vtrace cannot play env {descriptor.name!r}: it is a two-player game "
-                              "(vtrace plays single-player envs with discrete actions; two-player games: "
-                              "--algo=muzero)")
-        kind = getattr(descriptor, "action_kind", "discrete")
-        num_actions = getattr(descriptor, "num_actions", None)
-        if kind != "discrete" or isinstance(num_actions, bool) or not isinstance(num_actions, int) \
-                or num_actions < 1:
-            space = getattr(descriptor, "action_space", None) or f"{kind} (num_actions={num_actions!r})"
-            raise ConfigError(f"--algo=vtrace cannot play env {descriptor.name!r}: its action space is {space}; "
-                              "vtrace needs a discrete action set (algorithms for discrete actions: "
-                              "muzero, vtrace, ppo)")
-
     def check_settings(self, settings) -> None:
         if settings.num_actors * settings.envs_per_actor < 1:
             raise ConfigError("--algo=vtrace needs at least one training env (num_actors * envs_per_actor >= 1)")

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, fail_field)
+from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, check_sizes,
+                           fail_field)
 
 TORSOS = ("auto", "mlp", "atari")
 ACTIVATIONS = ("relu", "tanh")
@@ -45,14 +46,7 @@ class VTraceNetworkConfig:
     def __post_init__(self):
         check_choice(self, "torso", TORSOS)
         check_choice(self, "activation", ACTIVATIONS)
-        sizes = self.mlp_hidden_sizes
-        if isinstance(sizes, list):
-            sizes = tuple(sizes)
-        if (not isinstance(sizes, tuple) or not sizes
-                or any(isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= 65_536 for s in sizes)):
-            fail_field(self, "mlp_hidden_sizes", self.mlp_hidden_sizes,
-                  "must be a non-empty list of integers in [1, 65536]")
-        object.__setattr__(self, "mlp_hidden_sizes", sizes)
+        check_sizes(self, "mlp_hidden_sizes")
         check_int(self, "atari_dense_size", 1, 65_536)
         check_float(self, "policy_init_scale", 0.0, 100.0, lo_open=True)
 

@@ -33,22 +33,19 @@ Imports NumPy, TensorFlow and this package.
 from __future__ import annotations
 
 import collections
-import json
-import os
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from muzero import core
+from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.algorithms.vtrace.config import VTraceConfig, VTraceTrainingConfig
 from muzero.algorithms.vtrace.networks import PolicyValueNetwork, make_network
 from muzero.config import ConfigError
 from muzero.network.layers import variable_copier
 
-MODEL = "model"               # tf.train.Checkpoint prefix inside a checkpoint directory
-LEARNER_JSON = "learner.json"  # RNG state and counters
 ALGO = "vtrace"
 
 # Unroll keys the learner reads (the service's unrolls carry more, e.g. baseline, env_id).
@@ -299,11 +296,11 @@ class VTracePolicy:
     def initial_state(self, num_envs: int) -> dict:
         return {}
 
-    def act(self, observation, prev_action, prev_reward, state: dict, evaluation) -> tuple:
+    def act(self, observation, prev_action, prev_reward, state: dict, evaluation, env_ids=None) -> tuple:
         """observation [B, *obs], prev_action [B], prev_reward [B], state {}, evaluation [B] bool
-        -> (action [B] int32 (argmax where evaluation, else sampled),
+        (env_ids unused) -> (action [B] int32 (argmax where evaluation, else sampled),
             {"policy_logits": [B, A] f32, "baseline": [B] f32}, {})."""
-        del prev_action, prev_reward, state
+        del prev_action, prev_reward, state, env_ids
         observation = np.asarray(observation).astype(self.observation_dtype, copy=False)
         evaluation = np.asarray(evaluation, dtype=bool).reshape(-1)
         action, logits, baseline = self._act(tf.constant(observation), tf.constant(evaluation))
@@ -317,8 +314,11 @@ class VTracePolicy:
 
 # -- the learner ---------------------------------------------------------------------------------
 
-class VTraceLearner(core.Learner):
+class VTraceLearner(CheckpointedLearner):
     """Trains on batches of ``batch_size`` unrolls from its ``UnrollQueue`` (on-policy)."""
+
+    ALGO = ALGO
+    STATE_JSON = "learner.json"   # RNG state and counters beside the model
 
     def __init__(self, settings, descriptor, context: Optional[core.RunContext] = None,
                  queue_capacity: Optional[int] = None):
@@ -427,47 +427,17 @@ class VTraceLearner(core.Learner):
     def copy_to_serving(self, _model=None) -> None:
         self._copy_weights()
 
-    # -- checkpoints ------------------------------------------------------------------------------
-    def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        self.checkpoint.write(os.path.join(directory, MODEL))
-        with open(os.path.join(directory, LEARNER_JSON), "w") as f:
-            json.dump({"algo": ALGO, "rng": self.rng.bit_generator.state,
-                       "unrolls_trained": self.unrolls_trained}, f)
+    # -- checkpoints (save / restore / init_from: CheckpointedLearner) ---------------------------
+    def learner_state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "unrolls_trained": self.unrolls_trained}
 
-    def restore(self, directory: str) -> None:
-        self.checkpoint.read(os.path.join(directory, MODEL)).assert_existing_objects_matched()
-        self.copy_to_serving()
-        path = os.path.join(directory, LEARNER_JSON)
-        if os.path.isfile(path):
-            with open(path) as f:
-                state = json.load(f)
-            self.rng.bit_generator.state = state["rng"]
-            self.unrolls_trained = int(state.get("unrolls_trained", 0))
+    def load_learner_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.unrolls_trained = int(state.get("unrolls_trained", 0))
 
-    def init_from(self, path: str) -> str:
-        """Network weights (not optimiser, step or entropy cost) from a V-trace checkpoint
-        directory (written by ``save``), a run's checkpoints directory or its logdir."""
-        from muzero.learner.checkpoints import resolve_checkpoint
-        ckpt_dir = path if os.path.isfile(os.path.join(path, MODEL + ".index")) else resolve_checkpoint(path)
-        if ckpt_dir is None or not os.path.isfile(os.path.join(ckpt_dir, MODEL + ".index")):
-            raise FileNotFoundError(f"--init_checkpoint={path!r}: no V-trace checkpoint found there "
-                                    "(expected a ckpt-<step> directory or a logdir with checkpoints/latest)")
-        info = os.path.join(ckpt_dir, LEARNER_JSON)
-        if os.path.isfile(info):
-            with open(info) as f:
-                algo = json.load(f).get("algo", ALGO)
-            if algo != ALGO:
-                raise ValueError(f"--init_checkpoint={path!r} is a {algo!r} checkpoint, not a {ALGO!r} one")
-        status = tf.train.Checkpoint(network=self.network).read(os.path.join(ckpt_dir, MODEL))
-        try:
-            status.assert_existing_objects_matched()
-        except AssertionError as e:
-            raise ValueError(f"--init_checkpoint={path!r}: its network does not match this run's "
-                             f"(network settings or env differ): {e}") from None
-        status.expect_partial()
-        self.copy_to_serving()
-        return ckpt_dir
+    def init_parts(self) -> dict:
+        """Fine-tuning restores the network (not the optimiser, step or entropy cost)."""
+        return {"network": self.network}
 
     def export(self, directory: str) -> None:
         from muzero.algorithms.policy_export import export_policy, write_run_json
