@@ -6,7 +6,13 @@
         minutes_to_target=, env_steps_to_target= and solved_seeds=<k>/<n> as the last
         lines (a seed that never gets there counts as inf). For CartPole also
         minutes_to_195= and minutes_to_solve= (475), as before. --target defaults per env:
-        cartpole and gym:CartPole-v1 475; other envs need --target.
+        cartpole and gym:CartPole-v1 475; other envs need --target. --stop_at_target ends a
+        run as soon as it reaches the target (the time-to-target figures are unchanged).
+
+    python bench/learn.py --algo=sac --env=reach --seeds=3 --minutes=5 [-- --set=training.her_relabels=0]
+        Goal envs (hindsight relabelling): trains each seed for the whole budget, then plays
+        100 episodes with the export and prints success_rate= (median) and
+        success_seeds=<k>/<n> (seeds at >= 0.9) as the last lines.
 
     python bench/learn.py --env=tictactoe [--minutes=15]
         Trains, then plays 100 games against the perfect minimax player (50 as each side)
@@ -20,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -28,10 +35,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0}
+TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0, "gym:Pendulum-v1": -200.0}
+SUCCESS_TARGET = 0.9       # goal envs: success rate of the exported policy over 100 episodes
 
 
-def train(env: str, logdir: str, seed: int, minutes: float, extra: list, algo: str = "muzero") -> None:
+def train(env: str, logdir: str, seed: int, minutes: float, extra: list, algo: str = "muzero",
+          stop_at: float = None) -> None:
+    """One learner run. With stop_at, the run is stopped (SIGINT: the learner checkpoints and
+    exits cleanly) as soon as metrics.jsonl shows the evaluation mean reaching stop_at."""
     cmd = [sys.executable, "-m", "muzero.learner", f"--algo={algo}", f"--env={env}", f"--logdir={logdir}",
            f"--seed={seed}", f"--max_seconds={minutes * 60:g}", *extra]
     print("$", " ".join(cmd), flush=True)
@@ -39,16 +50,30 @@ def train(env: str, logdir: str, seed: int, minutes: float, extra: list, algo: s
     env_vars.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
+    stopping = False
     for line in proc.stdout:
         if line.startswith(("[", "stopping", "done", "error", "resumed")):
             print(f"  seed {seed}: {line.rstrip()}", flush=True)
+        if stop_at is not None and not stopping and line.startswith("["):
+            metrics = os.path.join(logdir, "metrics.jsonl")
+            if os.path.exists(metrics) and reached(records(logdir), stop_at)[0] < float("inf"):
+                print(f"  seed {seed}: reached {stop_at:g}; stopping the run", flush=True)
+                proc.send_signal(signal.SIGINT)
+                stopping = True
     if proc.wait() != 0:
         raise SystemExit(f"learner failed for seed {seed} (exit {proc.returncode}); see {logdir}")
 
 
 def records(logdir: str) -> list:
+    """Parsed metrics.jsonl records; a line being written while we read is skipped."""
+    out = []
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
 
 
 def reached(recs: list, threshold: float) -> tuple:
@@ -71,7 +96,7 @@ def learn(args) -> None:
         logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
         train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra],
-              algo=args.algo)
+              algo=args.algo, stop_at=args.target if args.stop_at_target else None)
         recs = records(logdir)
         m, n = reached(recs, args.target)
         minutes.append(m)
@@ -89,6 +114,27 @@ def learn(args) -> None:
     print(f"minutes_to_target={statistics.median(minutes):.2f}")
     print(f"env_steps_to_target={statistics.median(steps):.0f}")
     print(f"solved_seeds={solved}/{args.seeds}")
+
+
+def goal(args) -> None:
+    """Goal envs: success rate of each seed's exported policy after the whole budget."""
+    from muzero.algorithms.policy_export import evaluate_policy
+    name = args.env.replace(":", "_").replace("/", "_")
+    rates = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
+        shutil.rmtree(logdir, ignore_errors=True)
+        train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", *args.extra], algo=args.algo)
+        with open(os.path.join(logdir, "checkpoints", "latest")) as f:
+            step = f.read().strip().split("-")[1]
+        result = evaluate_policy(os.path.join(logdir, "export", f"step-{step}"), episodes=100, num_envs=10,
+                                 seed=10_000 + seed)
+        rates.append(result["success_rate"])
+        recs = records(logdir)
+        print(f"seed={seed} success_rate={rates[-1]:.3f} mean_return={result['mean_return']:.2f} "
+              f"env_steps={recs[-1]['env_steps']} training_step={recs[-1]['training_step']}", flush=True)
+    print(f"success_rate={statistics.median(rates):.3f}")
+    print(f"success_seeds={sum(r >= SUCCESS_TARGET for r in rates)}/{args.seeds}")
 
 
 def tictactoe(args) -> None:
@@ -125,6 +171,9 @@ def main() -> None:
     parser.add_argument("--first_seed", type=int, default=0, help="seeds first_seed, first_seed + 1, ...")
     parser.add_argument("--minutes", type=float, default=None,
                         help="wall-clock budget per run (default 10; 15 for tictactoe)")
+    parser.add_argument("--stop_at_target", action="store_true",
+                        help="end each run once it reaches --target (saves time; the final return is then "
+                             "the return at the target, not after the whole budget)")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
     parser.add_argument("extra", nargs="*", help="extra learner flags, after --, e.g. -- --simulations=50")
     args = parser.parse_args()
@@ -136,6 +185,10 @@ def main() -> None:
         if args.algo != "muzero":
             parser.error("tictactoe is a two-player game: only --algo=muzero plays it")
         tictactoe(args)
+        return
+    import envs
+    if envs.describe(args.env).goal_layout is not None:
+        goal(args)
         return
     args.target = args.target if args.target is not None else TARGETS.get(args.env)
     if args.target is None:

@@ -1,6 +1,6 @@
-"""End to end for the step-streaming learners: ``python -m muzero.learner --algo=<vtrace|ppo>``
-trains on CartPole with local thin actors, checkpoints, resumes, exports, and
-``python -m muzero.eval`` plays the export without the training code."""
+"""End to end for the step-streaming learners: ``python -m muzero.learner --algo=<vtrace|ppo|sac>``
+trains (CartPole; SAC on Pendulum's box actions) with local thin actors, checkpoints, resumes,
+exports, and ``python -m muzero.eval`` plays the export without the training code."""
 import json
 import os
 import subprocess
@@ -29,16 +29,24 @@ def _records(logdir):
         return [json.loads(line) for line in f if line.strip()]
 
 
-@pytest.mark.parametrize("algo", ["vtrace", "ppo"])
+# SAC keeps one update per env step: smaller networks and batches so 20 s hold enough steps.
+_CASES = {"vtrace": ("cartpole", [], 2000), "ppo": ("cartpole", [], 2000),
+          "sac": ("gym:Pendulum-v1", ["--set=network.actor_hidden_sizes=[32]", "--set=network.critic_hidden_sizes=[32]",
+                                      "--set=training.batch_size=32"], 1000)}
+
+
+@pytest.mark.parametrize("algo", sorted(_CASES))
 def test_streaming_learner_trains_checkpoints_resumes_and_exports(tmp_path, algo):
+    env, extra, min_steps = _CASES[algo]
     logdir = str(tmp_path / algo)
-    common = [f"--algo={algo}", "--env=cartpole", f"--logdir={logdir}", "--num_actors=1", "--num_eval_actors=1"]
+    common = [f"--algo={algo}", f"--env={env}", f"--logdir={logdir}", "--num_actors=1", "--num_eval_actors=1",
+              *extra]
     proc = _run("muzero.learner", [*common, "--max_seconds=20"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = _records(logdir)
-    assert records[-1]["env_steps"] > 2000 and records[-1]["training_step"] > 10, proc.stdout[-2000:]
+    assert records[-1]["env_steps"] > min_steps and records[-1]["training_step"] > 10, proc.stdout[-2000:]
     assert records[-1]["episodes_train"] > 0
-    losses = [r["loss/total"] for r in records if r.get("loss/total") is not None]
+    losses = [v for r in records for k, v in r.items() if k.startswith("loss/") and v is not None]
     assert losses and all(abs(x) < 1e6 for x in losses)
     with open(os.path.join(logdir, "config.json")) as f:
         assert json.load(f)["algo"] == algo
@@ -58,12 +66,24 @@ def test_streaming_learner_trains_checkpoints_resumes_and_exports(tmp_path, algo
     # The export plays without the training code.
     proc = _run("muzero.eval", [f"--export_dir={export}", "--episodes=4", "--num_envs=4"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    mean = float(proc.stdout.strip().splitlines()[-1].split("mean_return=")[1])
-    assert 8 <= mean <= 500                              # a CartPole-v1 return
+    mean = float([line for line in proc.stdout.splitlines() if "mean_return=" in line][-1].split("mean_return=")[1])
+    if env == "cartpole":
+        assert 8 <= mean <= 500                          # a CartPole-v1 return
+    else:
+        assert -2000 <= mean <= 0                        # a Pendulum-v1 return (200 steps of cost <= 16.3)
+
+
+def _error_lines(proc):
+    return [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("I0000", "W0000",
+                                                                                               "WARNING"))]
 
 
 def test_an_algorithm_that_does_not_fit_the_env_exits_with_one_line():
     proc = _run("muzero.learner", ["--algo=ppo", "--env=tictactoe"], timeout=120)
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("I0000", "W0000",
-                                                                                                  "WARNING"))]
+    lines = _error_lines(proc)
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "ppo" in lines[0]
+    # A box action space with a discrete-action algorithm: the algorithm, the space and who accepts it.
+    proc = _run("muzero.learner", ["--algo=ppo", "--env=gym:Pendulum-v1", "--max_seconds=5"], timeout=120)
+    lines = _error_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "--algo=ppo" in lines[0] and "Box(-2, 2, (1,))" in lines[0] and "accepting it: sac" in lines[0]

@@ -15,6 +15,7 @@ import importlib
 _BUILDERS = {
     "muzero": "muzero.algorithms.muzero.builder:BUILDER",
     "ppo": "muzero.algorithms.ppo.builder:BUILDER",
+    "sac": "muzero.algorithms.sac.builder:BUILDER",
     "vtrace": "muzero.algorithms.vtrace.builder:BUILDER",
 }
 

@@ -26,9 +26,11 @@ import re
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("algo", "muzero", "Algorithm: muzero (search actors, replay), vtrace (IMPALA) or ppo "
-                    "(step-streaming thin actors). A --config file's algo is used when this flag is not given.")
-flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari or gym:<Gymnasium id>.")
+flags.DEFINE_string("algo", "muzero", "Algorithm: muzero (search actors, replay), or a step-streaming "
+                    "learner with thin actors: vtrace (IMPALA), ppo, r2d2 (recurrent Q, discrete actions) or "
+                    "sac (box or discrete actions). A --config file's algo is used when this flag is not given.")
+flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari, reach (a goal env) or "
+                    "gym:<Gymnasium id>.")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options, e.g. '{\"game\": \"Breakout\"}' for atari.")
 flags.DEFINE_string("logdir", None, "Log directory (checkpoints, TensorBoard, config.json, metrics.jsonl, "
                     "exports). Default: runs/<env> (MuZero), runs/<algo>_<env> otherwise. An existing "
@@ -38,7 +40,8 @@ flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep per actor
 flags.DEFINE_integer("num_eval_actors", None, "Local greedy evaluation actors (no noise, temperature 0).")
 flags.DEFINE_integer("eval_envs_per_actor", None, "Envs per evaluation actor.")
 flags.DEFINE_integer("simulations", None, "MuZero: MCTS simulations per move (search.num_simulations).")
-flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_size; unrolls for vtrace/ppo).")
+flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_size; unrolls for vtrace/ppo, "
+                     "sequences for r2d2, transitions for sac).")
 flags.DEFINE_float("learning_rate", None, "Peak learning rate (training.learning_rate).")
 flags.DEFINE_integer("max_env_steps", None, "Stop after this many env steps (0 = no limit).")
 flags.DEFINE_integer("max_train_steps", None, "Stop after this many training steps (0 = no limit).")
