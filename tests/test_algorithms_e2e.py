@@ -3,31 +3,12 @@ trains (CartPole; SAC on Pendulum's box actions) with local thin actors, checkpo
 exports, and ``python -m muzero.eval`` plays the export without the training code."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env():
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _run(module, args, timeout):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def _records(logdir):
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
+from e2e_helpers import error_lines as _error_lines
+from e2e_helpers import records as _records
+from e2e_helpers import run_module as _run
 
 # SAC keeps one update per env step: smaller networks and batches so 20 s hold enough steps.
 _CASES = {"vtrace": ("cartpole", [], 2000), "ppo": ("cartpole", [], 2000),
@@ -71,11 +52,6 @@ def test_streaming_learner_trains_checkpoints_resumes_and_exports(tmp_path, algo
         assert 8 <= mean <= 500                          # a CartPole-v1 return
     else:
         assert -2000 <= mean <= 0                        # a Pendulum-v1 return (200 steps of cost <= 16.3)
-
-
-def _error_lines(proc):
-    return [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(("I0000", "W0000",
-                                                                                               "WARNING"))]
 
 
 def test_an_algorithm_that_does_not_fit_the_env_exits_with_one_line():

@@ -6,30 +6,15 @@ first, must not abort the final checkpoint and export: the learner exits 0, with
 traceback, with a final checkpoint at least as new as its last progress record and the
 export of that step.
 """
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env():
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def _records(logdir):
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+from e2e_helpers import ROOT
+from e2e_helpers import records as _records
+from e2e_helpers import subprocess_env as _env
 
 
 def run_duplicated_sigterm(logdir: str, second_after_s: float, start_timeout_s: float = 90.0) -> dict:

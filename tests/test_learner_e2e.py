@@ -13,28 +13,13 @@ import time
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env():
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
+from e2e_helpers import ROOT
+from e2e_helpers import records as _records
+from e2e_helpers import subprocess_env as _env
 
 def _learner(args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", "muzero.learner", *args], cwd=ROOT, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
-def _records(logdir):
-    path = os.path.join(logdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _children(pid):

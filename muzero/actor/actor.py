@@ -15,7 +15,6 @@ Imports no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import threading
 import time
 from typing import Optional
@@ -183,20 +182,10 @@ def run_actor(settings: ActorSettings) -> None:
     from muzero.rpc.config import ClientConfig
     config = settings.client_config or ClientConfig()
     client = InferenceClient(settings.server, actor_id=settings.actor_id, config=config)
-    actor = Actor(settings, client)
-
-    def stop(signum, frame):
-        actor.stop_event.set()
-    signal.signal(signal.SIGTERM, stop)
-    if threading.current_thread() is threading.main_thread():
-        try:
-            signal.signal(signal.SIGINT, stop) if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else None
-        except ValueError:
-            pass
     try:
-        actor.run()
-    finally:
-        try:
-            client.close()
-        finally:
-            actor.batch.close()
+        actor = Actor(settings, client)
+    except BaseException:
+        client.close()
+        raise
+    from muzero.actor.process import run_until_stopped
+    run_until_stopped(actor, client)

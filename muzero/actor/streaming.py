@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import secrets
-import signal
 import threading
 import time
 from typing import Callable, Optional
@@ -327,19 +326,8 @@ def run_streaming_actor(settings: StreamingActorSettings,
         client.close()
         raise
 
-    def stop(signum, frame):
-        actor.stop_event.set()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, stop)
-    try:
-        actor.run()
-    finally:
-        try:
-            client.close()
-        finally:
-            actor.batch.close()
+    from muzero.actor.process import run_until_stopped
+    run_until_stopped(actor, client)
 
 
 def streaming_actor_args(settings, index: int, address: str, client_config) -> tuple:
