@@ -46,6 +46,9 @@ setup(
     extras_require={
         "dev": ["pytest>=8", "hypothesis>=6.100"],
         "ray": ["ray>=2.30"],
+        # Goal envs (gym:FetchReach-v4, ...). gymnasium-robotics 1.4 breaks on MuJoCo 4
+        # (an assertion on joint types when the Fetch robot resets), hence the pin.
+        "robotics": ["gymnasium-robotics>=1.4,<1.5", "mujoco>=3.3,<3.4"],
         "gpu": ["tensorflow[and-cuda]>=2.17"],
     },
     entry_points={},

@@ -188,7 +188,18 @@ def _looks_old_api(env) -> bool:
     return True
 
 
-def make_gym(env_id: str, seed: int = 0, **kwargs) -> GymEnv:
+def _register_robotics(gymnasium) -> bool:
+    """Registers Gymnasium-Robotics' ids (FetchReach, ...) when the optional `robotics` extra
+    is installed; False when it is not."""
+    try:
+        import gymnasium_robotics
+    except ImportError:
+        return False
+    gymnasium.register_envs(gymnasium_robotics)
+    return True
+
+
+def make_gym(env_id: str, seed: int = 0, _registered: bool = False, **kwargs) -> GymEnv:
     import gymnasium
     try:
         import ale_py
@@ -197,6 +208,13 @@ def make_gym(env_id: str, seed: int = 0, **kwargs) -> GymEnv:
         pass
     try:
         env = gymnasium.make(env_id, **kwargs)
+    except gymnasium.error.NameNotFound as exc:
+        # Not registered yet: Gymnasium-Robotics registers its ids only once imported.
+        if _registered or not _register_robotics(gymnasium):
+            raise ValueError(f"gym:{env_id}: Gymnasium cannot make it ({exc}). Check the id with "
+                             "gymnasium.pprint_registry(); Gymnasium-Robotics ids (FetchReach-v4, ...) need "
+                             "pip install -e '.[robotics]'") from exc
+        return make_gym(env_id, seed=seed, _registered=True, **kwargs)
     except gymnasium.error.Error as exc:
         raise ValueError(f"gym:{env_id}: Gymnasium cannot make it ({exc}). "
                          f"Check the id with gymnasium.pprint_registry().") from exc

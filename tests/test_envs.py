@@ -495,3 +495,43 @@ def test_reach_goal_env():
     assert env.reset().shape == (12,) and env.descriptor.action_shape == (4,)
     with pytest.raises(ValueError, match="dims"):
         envs.describe("reach", dims=0)
+
+
+class _GoalEnv(gymnasium.Env):
+    """A Gymnasium-Robotics-style goal env without MuJoCo: a 2-D point, goal (0.5, 0.5)."""
+
+    observation_space = gymnasium.spaces.Dict({
+        "observation": gymnasium.spaces.Box(-1, 1, (3,), np.float32),
+        "achieved_goal": gymnasium.spaces.Box(-1, 1, (2,), np.float32),
+        "desired_goal": gymnasium.spaces.Box(-1, 1, (2,), np.float32)})
+    action_space = gymnasium.spaces.Box(-1, 1, (2,), np.float32)
+
+    def _obs(self):
+        return {"observation": np.array([*self.p, 7.0], np.float32), "achieved_goal": self.p.astype(np.float32),
+                "desired_goal": np.array([0.5, 0.5], np.float32)}
+
+    def reset(self, seed=None, options=None):
+        self.p = np.zeros(2)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.p = self.p + 0.25 * np.asarray(action)
+        return self._obs(), float(self.compute_reward(self.p, np.array([0.5, 0.5]), {})), False, False, {}
+
+    def compute_reward(self, achieved, desired, info):
+        return -(np.linalg.norm(np.asarray(achieved) - desired, axis=-1) > 0.05).astype(np.float32)
+
+
+def test_gymnasium_goal_dicts_are_flattened_with_their_layout():
+    env = GymEnv(_GoalEnv(), name="goal")
+    d = env.descriptor
+    assert d.observation_shape == (7,) and d.is_continuous
+    assert d.goal_layout == (("observation", 0, 3), ("achieved_goal", 3, 5), ("desired_goal", 5, 7))
+    np.testing.assert_array_equal(env.reset(), [0, 0, 7, 0, 0, 0.5, 0.5])
+    result = env.step(np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(result.observation, [0.25, 0.25, 7, 0.25, 0.25, 0.5, 0.5])
+    assert result.reward == -1.0
+    np.testing.assert_array_equal(env.compute_reward(np.array([[0.5, 0.5], [0.0, 0.0]]), np.full((2, 2), 0.5)),
+                                  [0.0, -1.0])
+    env.step(np.array([4.0, 0.0]))                              # outside [-1, 1]: clipped and counted
+    assert env.clipped_actions == 1
