@@ -28,7 +28,7 @@ def test_config_json_round_trip_keeps_the_algorithm():
     assert RunSettings.from_dict(data) == settings
     data.pop("algo")                      # config.json files written before algo existed
     assert RunSettings.from_dict(data).algo == "muzero"
-    with pytest.raises(ConfigError, match="'nope' is not a known algorithm; known: muzero, ppo, sac, vtrace"):
+    with pytest.raises(ConfigError, match="'nope' is not a known algorithm; known: muzero, ppo, r2d2, sac, vtrace"):
         RunSettings.from_dict(dict(data, algo="nope"))
     with pytest.raises(ConfigError, match="missing field"):
         RunSettings.from_dict({"env": "cartpole"})
@@ -51,7 +51,7 @@ def test_search_nodes_are_simulations_plus_root():
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(algorithms.UnknownAlgorithmError, match="known: muzero, ppo, sac, vtrace"):
+    with pytest.raises(algorithms.UnknownAlgorithmError, match="known: muzero, ppo, r2d2, sac, vtrace"):
         algorithms.get("nope")
 
 

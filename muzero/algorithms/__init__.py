@@ -1,7 +1,7 @@
 """Algorithms by name: each is one folder whose ``builder.py`` makes its parts (``muzero.core``).
 
     algorithms.get("vtrace") -> Builder      (imports that algorithm's modules on first use)
-    algorithms.names()       -> ["muzero", "ppo", "vtrace"]
+    algorithms.names()       -> ["muzero", "ppo", "r2d2", "sac", "vtrace"]
 
 Adding an algorithm: write ``muzero/algorithms/<name>/{config,networks,learning,builder}.py``
 (see docs/ARCHITECTURE.md, "Adding an algorithm") and list its builder here.
@@ -15,6 +15,7 @@ import importlib
 _BUILDERS = {
     "muzero": "muzero.algorithms.muzero.builder:BUILDER",
     "ppo": "muzero.algorithms.ppo.builder:BUILDER",
+    "r2d2": "muzero.algorithms.r2d2.builder:BUILDER",
     "sac": "muzero.algorithms.sac.builder:BUILDER",
     "vtrace": "muzero.algorithms.vtrace.builder:BUILDER",
 }
