@@ -38,7 +38,7 @@ def test_streaming_learner_trains_checkpoints_resumes_and_exports(tmp_path, algo
         assert json.load(f)["algo"] == algo
 
     # Resume: the clock and the step continue from the checkpoint.
-    proc = _run("muzero.learner", [*common, "--max_seconds=35"], timeout=180)
+    proc = _run("muzero.learner", [*common, "--max_seconds=28"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"resumed from {os.path.join(logdir, 'checkpoints', latest)}: training step {step}" in proc.stdout
     new = _records(logdir)[len(records):]

@@ -57,7 +57,7 @@ def _actor_children(pid):
     (["--logdir=/proc/forbidden"], "is not writable"),
     (["--set=search.bogus=1"], "search has no field 'bogus'"),
     (["--set=training.augment_symmetries=true"], "env 'cartpole' registers no board symmetries"),
-    (["--algo=nope"], "--algo='nope' is not a known algorithm; known: muzero, ppo, vtrace"),
+    (["--algo=nope"], "--algo='nope' is not a known algorithm; known: muzero, ppo, r2d2, sac, vtrace"),
     (["--trainable_parts=foo"], "--trainable_parts=foo is invalid"),
     (["--set=bogus.x=1"], "section in search, targets, replay, network, training"),
     (['--set=network.value_support={"lo": 1}'], "network.value_support takes keys low, high, num_bins"),

@@ -305,8 +305,9 @@ def test_config_validation_names_the_field():
 
 def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(tmp_path):
     logdir = str(tmp_path / "r2d2")
-    common = ["--algo=r2d2", "--env=cartpole", f"--logdir={logdir}", "--num_actors=1", "--num_eval_actors=1"]
-    proc = _run("muzero.learner", [*common, "--max_seconds=20"], timeout=180)
+    common = ["--algo=r2d2", "--env=cartpole", f"--logdir={logdir}", "--num_actors=1", "--num_eval_actors=1",
+              "--set=replay.min_size=20"]
+    proc = _run("muzero.learner", [*common, "--max_seconds=12"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = _records(logdir)
     assert records[-1]["training_step"] > 0, proc.stdout[-2000:]
@@ -317,7 +318,7 @@ def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(
     ckpt = os.path.join(logdir, "checkpoints", latest)
     assert os.path.isfile(os.path.join(ckpt, "replay.npz"))
 
-    proc = _run("muzero.learner", [*common, "--max_seconds=24"], timeout=180)
+    proc = _run("muzero.learner", [*common, "--max_seconds=16"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"resumed from {ckpt}: training step {step}" in proc.stdout
 
