@@ -124,7 +124,8 @@ class StreamingPolicy(Protocol):
     def act(self, observation, prev_action, prev_reward, state: dict, evaluation, env_ids) -> tuple:
         """observation [B, *obs], prev_action [B, *action_shape], prev_reward [B] f32,
         state {k: [B, ...]}, evaluation [B] bool (True rows act deterministically/greedily),
-        env_ids [B] int (e.g. for per-env exploration rates) -> (action [B, *action_shape] action_dtype, outputs {name: [B, ...] arrays stored in
+        env_ids [B] int (e.g. for per-env exploration rates)
+        -> (action [B, *action_shape] action_dtype, outputs {name: [B, ...] arrays stored in
         the unroll, e.g. policy_logits, baseline}, new_state {k: [B, ...]})."""
 
     def value(self, observation) -> np.ndarray:
