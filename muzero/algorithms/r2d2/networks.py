@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from muzero.algorithms.r2d2.config import R2D2NetworkConfig
-from muzero.algorithms.vtrace.networks import AtariTorso, MLPTorso, choose_torso
+from muzero.algorithms.vtrace.networks import choose_torso, make_torso
 from muzero.network.layers import Dense
 
 _ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
@@ -100,11 +100,7 @@ class R2D2Network(tf.Module):
         self.torso_kind = choose_torso(config, self.observation_shape, is_image)
         rng = np.random.default_rng(seed)
         with self.name_scope:
-            if self.torso_kind == "atari":
-                self.torso = AtariTorso(self.observation_shape, config.atari_dense_size, rng, name="torso")
-            else:
-                in_size = int(np.prod(self.observation_shape)) if self.observation_shape else 1
-                self.torso = MLPTorso(in_size, config.mlp_hidden_sizes, config.activation, rng, name="torso")
+            self.torso = make_torso(self.torso_kind, config, self.observation_shape, rng)
             self.embedding_size = self.torso.out_size + self.num_actions + 1
             self.lstm = LSTMCore(self.embedding_size, self.lstm_size, rng, name="lstm")
             self.head = DuelingHead(self.lstm_size, config.head_hidden_size, self.num_actions,

@@ -40,6 +40,15 @@ def choose_torso(config: VTraceNetworkConfig, observation_shape: tuple, is_image
     return torso
 
 
+def make_torso(kind: str, config, observation_shape: tuple, rng: np.random.Generator) -> tf.Module:
+    """The torso ``kind`` ("atari" or "mlp", from ``choose_torso``) named "torso"; ``config``
+    has atari_dense_size, mlp_hidden_sizes and activation (V-trace's and R2D2's network configs)."""
+    if kind == "atari":
+        return AtariTorso(observation_shape, config.atari_dense_size, rng, name="torso")
+    in_size = int(np.prod(observation_shape)) if observation_shape else 1
+    return MLPTorso(in_size, config.mlp_hidden_sizes, config.activation, rng, name="torso")
+
+
 class MLPTorso(tf.Module):
     """[N, *obs] -> flatten -> (Dense -> activation) per hidden size -> [N, hidden_sizes[-1]]."""
 
@@ -101,11 +110,7 @@ class PolicyValueNetwork(tf.Module):
         self.torso_kind = choose_torso(config, self.observation_shape, is_image)
         rng = np.random.default_rng(seed)
         with self.name_scope:
-            if self.torso_kind == "atari":
-                self.torso = AtariTorso(self.observation_shape, config.atari_dense_size, rng, name="torso")
-            else:
-                in_size = int(np.prod(self.observation_shape)) if self.observation_shape else 1
-                self.torso = MLPTorso(in_size, config.mlp_hidden_sizes, config.activation, rng, name="torso")
+            self.torso = make_torso(self.torso_kind, config, self.observation_shape, rng)
             self.policy_head = Dense(self.torso.out_size, self.num_actions, rng,
                                      init_scale=config.policy_init_scale, name="policy")
             self.baseline_head = Dense(self.torso.out_size, 1, rng, name="baseline")
