@@ -2,6 +2,7 @@
 
     NUMBA_NUM_THREADS=1 python bench/mcts_bench.py --batch=256 --actions=18 --simulations=50
     NUMBA_NUM_THREADS=2 python bench/mcts_bench.py --batch=256 --parallel
+    NUMBA_NUM_THREADS=1 python bench/mcts_bench.py --root=gumbel   # also times pUCT: gumbel_over_puct=
 
 The fake ``recurrent_fn`` returns rows of arrays drawn once before timing (rewards,
 values and logits ~ N(0, 1); ``--value_scale=0`` makes rewards and values 0), so only
@@ -29,7 +30,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR",
 
 from muzero.config import SearchConfig  # noqa: E402
 from muzero.mcts import RootOutputs, allocate_tree, search  # noqa: E402
-from muzero.mcts.reference import run_mcts  # noqa: E402
+from muzero.mcts.reference import run_gumbel_mcts, run_mcts  # noqa: E402
 
 
 def main() -> None:
@@ -42,6 +43,9 @@ def main() -> None:
     parser.add_argument("--reference_batch", type=int, default=4)
     parser.add_argument("--reference_runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--root", choices=["puct", "gumbel"], default="puct",
+                        help="root_selection; gumbel also times pUCT in the same run and prints "
+                             "gumbel_over_puct=")
     parser.add_argument("--value_scale", type=float, default=1.0,
                         help="scale of the fake rewards and values; 0 gives flat values, "
                              "hence shallow, exploration-driven trees")
@@ -60,23 +64,26 @@ def main() -> None:
         row = new_node[0] - 1
         return rewards[row], values[row], logits[row]
 
-    config = SearchConfig(num_simulations=sims)
-    workspace = allocate_tree(batch, sims + 1, num_actions)
-    started = time.perf_counter()
-    search(root, recurrent_fn, config, rng, parallel=args.parallel, workspace=workspace)
-    print(f"first_call_s={time.perf_counter() - started:.2f}")
+    def timed(config):
+        """(median wall µs per node, median CPU µs per node, mean node depth) of ``config``."""
+        workspace = allocate_tree(batch, sims + 1, num_actions)
+        started = time.perf_counter()
+        search(root, recurrent_fn, config, rng, parallel=args.parallel, workspace=workspace)
+        print(f"first_call_s={time.perf_counter() - started:.2f} root={config.root_selection}")
+        wall, cpu = [], []
+        for _ in range(args.runs):
+            w0, c0 = time.perf_counter(), time.process_time()
+            result = search(root, recurrent_fn, config, rng, parallel=args.parallel, workspace=workspace)
+            wall.append(time.perf_counter() - w0)
+            cpu.append(time.process_time() - c0)
+        nodes = batch * sims
+        return (float(np.median(wall)) / nodes * 1e6, float(np.median(cpu)) / nodes * 1e6,
+                float(result.tree.node_depth[:, 1:].mean()))
 
-    wall, cpu = [], []
-    for _ in range(args.runs):
-        w0, c0 = time.perf_counter(), time.process_time()
-        result = search(root, recurrent_fn, config, rng, parallel=args.parallel,
-                        workspace=workspace)
-        wall.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    nodes = batch * sims
-    us_wall = float(np.median(wall)) / nodes * 1e6
-    us_cpu = float(np.median(cpu)) / nodes * 1e6
-    depth = float(result.tree.node_depth[:, 1:].mean())
+    config = SearchConfig(num_simulations=sims, root_selection=args.root)
+    us_wall, us_cpu, depth = timed(config)
+    if args.root == "gumbel":   # pUCT in the same process, as the baseline
+        puct_wall, puct_cpu, puct_depth = timed(SearchConfig(num_simulations=sims))
 
     # Reference: same outputs for its first trees, one tree at a time.
     ref_batch = min(args.reference_batch, batch)
@@ -86,8 +93,12 @@ def main() -> None:
         for b in range(ref_batch):
             def network(parent, action, new, b=b):
                 return rewards[new - 1, b], values[new - 1, b], logits[new - 1, b], None
-            run_mcts(config, float(root.value[b]), root.policy_logits[b], None, 0, network,
-                     noise=np.full(num_actions, 1.0 / num_actions))
+            if args.root == "gumbel":
+                run_gumbel_mcts(config, float(root.value[b]), root.policy_logits[b], None, 0, network,
+                                gumbel=rng.gumbel(size=num_actions))
+            else:
+                run_mcts(config, float(root.value[b]), root.policy_logits[b], None, 0, network,
+                         noise=np.full(num_actions, 1.0 / num_actions))
         ref_times.append(time.perf_counter() - t0)
     us_ref = float(np.median(ref_times)) / (ref_batch * sims) * 1e6
 
@@ -96,6 +107,10 @@ def main() -> None:
           f"threads={os.environ.get('NUMBA_NUM_THREADS', 'default')} runs={args.runs}")
     print(f"mean_node_depth={depth:.2f} load_average_1min={load:.2f}")
     print(f"us_per_node_cpu={us_cpu:.3f} reference_us_per_node={us_ref:.2f}")
+    if args.root == "gumbel":
+        print(f"puct_us_per_node={puct_wall:.3f} puct_us_per_node_cpu={puct_cpu:.3f} "
+              f"puct_mean_node_depth={puct_depth:.2f}")
+        print(f"gumbel_over_puct={us_wall / puct_wall:.2f} gumbel_over_puct_cpu={us_cpu / puct_cpu:.2f}")
     print(f"us_per_node={us_wall:.3f} speedup_vs_reference={us_ref / us_wall:.1f}")
 
 

@@ -109,6 +109,9 @@ class SectionedConfig:
         return cls.from_dict(json.loads(text))
 
 
+ROOT_SELECTIONS = ("puct", "gumbel")
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
     """Monte-Carlo tree search settings (``muzero.mcts``).
@@ -148,8 +151,31 @@ class SearchConfig:
     # (SEED's tic-tac-toe flag play_max_after_moves; the pseudocode's board games
     # sample the first 30 moves).
     greedy_after_moves: int = -1
+    # How the root spends the simulations and what the search returns as the policy target:
+    # "puct" (MuZero: Dirichlet noise, pUCT everywhere, visit counts as the target, actions
+    # sampled from the visits with the temperature) or "gumbel" (Gumbel MuZero, Danihelka
+    # et al. 2022: Gumbel-top-k sampling of max_num_considered_actions root actions,
+    # sequential halving of the simulations among them, a deterministic interior rule, the
+    # action chosen by the search itself and softmax(logits + sigma(completed Q)) as the
+    # target; no Dirichlet noise and no temperature). docs/SEARCH.md has the formulas.
+    root_selection: str = "puct"
+    # Gumbel: root actions considered (k of Gumbel-top-k; mctx's default 16).
+    max_num_considered_actions: int = 16
+    # Gumbel: scale of the Gumbel(0, 1) noise at the root in training (evaluation uses 0).
+    gumbel_scale: float = 1.0
+    # Gumbel: sigma(q) = (maxvisit_init + max_a N(a)) * value_scale * q, for q rescaled to
+    # [0, 1] over a node's actions (mctx's qtransform_completed_by_mix_value defaults).
+    gumbel_value_scale: float = 0.1
+    gumbel_maxvisit_init: float = 50.0
 
     def __post_init__(self):
+        if self.root_selection not in ROOT_SELECTIONS:
+            _fail("SearchConfig", "root_selection", self.root_selection,
+                  f"must be one of {', '.join(ROOT_SELECTIONS)}")
+        check_int(self, "max_num_considered_actions", 1, 100_000)
+        check_float(self, "gumbel_scale", 0.0, 1e6)
+        check_float(self, "gumbel_value_scale", 0.0, 1e6, lo_open=True)
+        check_float(self, "gumbel_maxvisit_init", 0.0, 1e9)
         check_int(self, "num_simulations", 1, 100_000)
         check_int(self, "greedy_after_moves", -1)
         check_float(self, "pb_c_base", 0.0, lo_open=True)

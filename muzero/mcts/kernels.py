@@ -593,3 +593,277 @@ def step_parallel(node_reward, node_raw_value, node_parent, node_action, childre
                           max_depth)
         num_bad += bad
     return num_bad
+
+
+# -- Gumbel MuZero (SearchConfig.root_selection = "gumbel") ---------------------------------------
+# Danihelka et al. 2022, as mctx implements it (gumbel_muzero_policy with
+# qtransform_completed_by_mix_value). The steps reuse the edge rows, attach and backup of
+# pUCT; only the selection differs, and the search's outputs come from gumbel_root_outputs.
+# Every node's Q values are "completed" and squashed to sigma (all in the view of the
+# player choosing at the node, over its legal actions a):
+#   v_mix    = (v_net + sum_b N(b) * sum_{N(b)>0} p(b) q(b) / sum_{N(b)>0} p(b)) / (1 + sum_b N(b))
+#   qc(a)    = q(a) if N(a) > 0 else v_mix
+#   sigma(a) = (maxvisit_init + max_b N(b)) * value_scale * (qc(a) - min qc) / max(max qc - min qc, 1e-8)
+# (priors floored at the smallest normal float in v_mix, as mctx does). Interior nodes take
+#   argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum_b N(b))
+# and the root takes, among the actions whose visits equal the sequential-halving table's
+# entry for this simulation, argmax_a max(-1e9, g(a) + log p(a) + sigma(a)) with g the
+# root's Gumbel noise. Ties go to the lowest action id.
+_TINY = 2.2250738585072014e-308   # mctx's floor on prior probabilities in the mixed value
+_RESCALE_EPSILON = 1e-8           # mctx's floor on max - min when rescaling Q to [0, 1]
+_LOW_LOGIT = -1e9                 # mctx's floor on g + log p + sigma at the root
+
+
+@njit(cache=True, inline='always')
+def _completion(b, node, node_raw_value, records, child_ids):
+    """Over the existing (hence visited) children of ``node``: (sum N, max N, sum of their
+    priors, v_mix, min and max of the completed Q over legal actions)."""
+    sum_n = 0.0
+    max_n = 0.0
+    sum_p = 0.0
+    sum_pq = 0.0
+    low = _INF
+    high = -_INF
+    for k in range(child_ids[b, node, _NUM_CHILDREN]):
+        c = child_ids[b, node, _CHILDREN + k]
+        n = records[b, c, _VISITS]
+        p = max(records[b, c, _PRIOR], _TINY)
+        q = records[b, c, _Q]
+        sum_n += n
+        max_n = max(max_n, n)
+        sum_p += p
+        sum_pq += p * q
+        low = min(low, q)
+        high = max(high, q)
+    raw = node_raw_value[b, node]
+    v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
+    if child_ids[b, node, _UNVISITED_ACTION] >= 0:   # some legal action has no child
+        low = min(low, v_mix)
+        high = max(high, v_mix)
+    return sum_n, max_n, v_mix, low, high
+
+
+@njit(cache=True, inline='always')
+def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale, maxvisit_init):
+    """argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N) at an interior node (lowest
+    id on ties). The unvisited actions share sigma(v_mix) and N = 0, so the best of them is
+    the one with the largest prior (lowest id), which the record already holds."""
+    sum_n, max_n, v_mix, low, high = _completion(b, node, node_raw_value, records, child_ids)
+    scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+    top = scale * (high - low)   # the largest sigma; exponents are taken relative to it
+    unvisited = child_ids[b, node, _UNVISITED_ACTION]
+    num_children = child_ids[b, node, _NUM_CHILDREN]
+    z = 0.0
+    visited_prior = 0.0
+    for k in range(num_children):
+        c = child_ids[b, node, _CHILDREN + k]
+        p = records[b, c, _PRIOR]
+        visited_prior += p
+        z += p * exp_nonpositive(scale * (records[b, c, _Q] - low) - top)
+    e_unvisited = 0.0
+    if unvisited >= 0:
+        e_unvisited = exp_nonpositive(scale * (v_mix - low) - top)
+        z += max(1.0 - visited_prior, 0.0) * e_unvisited   # the unvisited legal actions' prior mass
+    inv_z = 1.0 / z if z > 0.0 else 1.0
+    inv_n = 1.0 / (1.0 + sum_n)
+    best = -_INF
+    action = -1
+    if unvisited >= 0:
+        best = records[b, node, _UNVISITED_PRIOR] * e_unvisited * inv_z
+        action = unvisited
+    for k in range(num_children):
+        c = child_ids[b, node, _CHILDREN + k]
+        a = child_ids[b, c, _ACTION]
+        score = (records[b, c, _PRIOR] * exp_nonpositive(scale * (records[b, c, _Q] - low) - top) * inv_z
+                 - records[b, c, _VISITS] * inv_n)
+        if score > best or (score == best and a < action):
+            best = score
+            action = a
+    return action
+
+
+@njit(cache=True, inline='always')
+def _gumbel_root_action(b, root_base, table, num_considered, children_index, node_raw_value, records,
+                        child_ids, value_scale, maxvisit_init):
+    """Sequential halving at the root: among the legal actions whose visit count equals
+    ``table[m, simulations so far]`` (m = considered actions of this tree), the argmax of
+    max(-1e9, g + log p + sigma); lowest id on ties. root_base [B, A] holds g + log p."""
+    sum_n, max_n, v_mix, low, high = _completion(b, 0, node_raw_value, records, child_ids)
+    scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+    considered_visit = table[num_considered[b], int(records[b, 0, _VISITS])]
+    best = -_INF
+    action = -1
+    fallback = -_INF
+    fallback_action = -1
+    for a in range(children_index.shape[2]):
+        child = children_index[b, 0, a]
+        if child == ILLEGAL:
+            continue
+        n = 0.0
+        q = v_mix
+        if child >= 0:
+            n = records[b, child, _VISITS]
+            q = records[b, child, _Q]
+        score = max(_LOW_LOGIT, root_base[b, a] + scale * (q - low))
+        if n == considered_visit and score > best:
+            best = score
+            action = a
+        if score > fallback:
+            fallback = score
+            fallback_action = a
+    # The table guarantees a candidate; the fallback only guards against a corrupt one.
+    return action if action >= 0 else fallback_action
+
+
+@njit(cache=True)
+def _gumbel_select_range(first, stop, sim, parents, actions, children_index, node_raw_value, records,
+                         child_ids, max_depth, root_base, table, num_considered, value_scale,
+                         maxvisit_init):
+    """:func:`_select_range` for Gumbel MuZero: sequential halving at the root, the
+    deterministic interior rule below it; same outputs and depth cut-off."""
+    for b in range(first, stop):
+        node = 0
+        depth = 0
+        while True:
+            if node == 0:
+                action = _gumbel_root_action(b, root_base, table, num_considered, children_index,
+                                             node_raw_value, records, child_ids, value_scale, maxvisit_init)
+            else:
+                action = _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale,
+                                                 maxvisit_init)
+            child = children_index[b, node, action]
+            if child < 0 or (max_depth > 0 and depth + 1 >= max_depth):
+                parents[sim, b] = node
+                actions[sim, b] = action
+                break
+            node = child
+            depth += 1
+
+
+@njit(cache=True)
+def gumbel_step_serial(node_reward, node_raw_value, node_parent, node_action, children_index,
+                       children_prior, min_max, records, child_ids,
+                       sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
+                       root_actions, has_root_actions, exploration_table, discount, two_player,
+                       max_depth, root_base, table, num_considered, value_scale, maxvisit_init):
+    """:func:`step_serial` with Gumbel MuZero's selection (root_actions is not used). The
+    extra arguments: root_base [B, A] float64 (g + log p at the root), table [m + 1, S]
+    int32 (:func:`muzero.mcts.gumbel.considered_visit_table`), num_considered [B] int32,
+    and the sigma constants."""
+    batch = node_parent.shape[0]
+    do_expand = sim >= 0
+    next_sim = sim + 1 if do_expand else -1 - sim
+    num_bad = 0
+    if do_expand:
+        num_bad += _edges_range(0, batch, sim + 1, logits, mask, has_mask, children_index,
+                                children_prior, records, child_ids)
+        num_bad += _attach_backup_range(
+            0, batch, sim, parents, actions, reward, value, node_reward, node_raw_value,
+            node_parent, node_action, children_index, children_prior, min_max, records,
+            child_ids, exploration_table, discount, two_player)
+    if do_select:
+        _gumbel_select_range(0, batch, next_sim, parents, actions, children_index, node_raw_value,
+                             records, child_ids, max_depth, root_base, table, num_considered,
+                             value_scale, maxvisit_init)
+    return num_bad
+
+
+@njit(cache=True, parallel=True)
+def gumbel_step_parallel(node_reward, node_raw_value, node_parent, node_action, children_index,
+                         children_prior, min_max, records, child_ids,
+                         sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
+                         root_actions, has_root_actions, exploration_table, discount, two_player,
+                         max_depth, root_base, table, num_considered, value_scale, maxvisit_init,
+                         num_chunks):
+    """:func:`gumbel_step_serial` over chunks of trees on Numba's threads."""
+    batch = node_parent.shape[0]
+    num_chunks = max(1, min(batch, num_chunks))
+    do_expand = sim >= 0
+    next_sim = sim + 1 if do_expand else -1 - sim
+    num_bad = 0
+    for chunk in prange(num_chunks):
+        first = chunk * batch // num_chunks
+        stop = (chunk + 1) * batch // num_chunks
+        bad = 0
+        if do_expand:
+            bad += _edges_range(first, stop, sim + 1, logits, mask, has_mask, children_index,
+                                children_prior, records, child_ids)
+            bad += _attach_backup_range(
+                first, stop, sim, parents, actions, reward, value, node_reward,
+                node_raw_value, node_parent, node_action, children_index, children_prior,
+                min_max, records, child_ids, exploration_table, discount, two_player)
+        if do_select:
+            _gumbel_select_range(first, stop, next_sim, parents, actions, children_index, node_raw_value,
+                                 records, child_ids, max_depth, root_base, table, num_considered,
+                                 value_scale, maxvisit_init)
+        num_bad += bad
+    return num_bad
+
+
+@njit(cache=True)
+def gumbel_root_outputs(children_index, children_visits, children_q, children_prior, node_raw_value,
+                        root_logp, root_base, value_scale, maxvisit_init):
+    """Gumbel MuZero's outputs from a synced Tree: the improved policy [B, A] float32,
+    softmax over legal actions of log p + sigma (0 at illegal actions), and the action [B]
+    int32, argmax of max(-1e9, g + log p + sigma) among the legal actions visited most
+    (lowest id on ties). root_logp [B, A] float64 is log p (-inf where illegal), root_base
+    g + log p."""
+    batch, num_actions = children_index.shape[0], children_index.shape[2]
+    improved = np.zeros((batch, num_actions), np.float32)
+    chosen = np.empty(batch, np.int32)
+    sigma = np.empty(num_actions, np.float64)
+    for b in range(batch):
+        sum_n = 0.0
+        max_n = 0.0
+        sum_p = 0.0
+        sum_pq = 0.0
+        low = _INF
+        high = -_INF
+        has_unvisited = False
+        for a in range(num_actions):
+            child = children_index[b, 0, a]
+            if child == ILLEGAL:
+                continue
+            if child >= 0 and children_visits[b, 0, a] > 0:
+                n = np.float64(children_visits[b, 0, a])
+                p = max(children_prior[b, 0, a], _TINY)
+                q = children_q[b, 0, a]
+                sum_n += n
+                max_n = max(max_n, n)
+                sum_p += p
+                sum_pq += p * q
+                low = min(low, q)
+                high = max(high, q)
+            else:
+                has_unvisited = True
+        raw = node_raw_value[b, 0]
+        v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
+        if has_unvisited:
+            low = min(low, v_mix)
+            high = max(high, v_mix)
+        scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+        top = -_INF
+        for a in range(num_actions):
+            child = children_index[b, 0, a]
+            visited = child >= 0 and children_visits[b, 0, a] > 0
+            sigma[a] = scale * ((children_q[b, 0, a] if visited else v_mix) - low)
+            if child != ILLEGAL:
+                top = max(top, root_logp[b, a] + sigma[a])
+        total = 0.0
+        for a in range(num_actions):
+            if children_index[b, 0, a] != ILLEGAL:
+                total += exp_nonpositive(root_logp[b, a] + sigma[a] - top)
+        best = -_INF
+        action = -1
+        for a in range(num_actions):
+            child = children_index[b, 0, a]
+            if child == ILLEGAL:
+                continue
+            improved[b, a] = exp_nonpositive(root_logp[b, a] + sigma[a] - top) / total
+            n = np.float64(children_visits[b, 0, a]) if child >= 0 else 0.0
+            score = max(_LOW_LOGIT, root_base[b, a] + sigma[a])
+            if n == max_n and score > best:
+                best = score
+                action = a
+        chosen[b] = action
+    return improved, chosen

@@ -57,6 +57,7 @@ class Node:
         self.reward = 0.0
         self.node_id = -1
         self.depth = depth
+        self.raw_value = 0.0   # the network's value when the node was expanded (Gumbel MuZero)
 
     def expanded(self) -> bool:
         return len(self.children) > 0
@@ -177,3 +178,122 @@ def run_mcts(config, root_value: float, root_logits: Sequence[float],
             root_q[a] = _q(root, child, config.discount)
     return {"trace": trace, "visit_counts": visit_counts, "root_value": root.value(),
             "root_q": root_q, "root": root}
+
+
+# -- Gumbel MuZero (Danihelka et al. 2022), written after mctx's gumbel_muzero_policy ----------
+
+def considered_visits(max_num_considered: int, num_simulations: int) -> List[int]:
+    """mctx's seq_halving.get_sequence_of_considered_visits."""
+    if max_num_considered <= 1:
+        return list(range(num_simulations))
+    log2max = int(math.ceil(math.log2(max_num_considered)))
+    sequence: List[int] = []
+    visits = [0] * max_num_considered
+    num_considered = max_num_considered
+    while len(sequence) < num_simulations:
+        num_extra_visits = max(1, int(num_simulations / (log2max * num_considered)))
+        for _ in range(num_extra_visits):
+            sequence.extend(visits[:num_considered])
+            for i in range(num_considered):
+                visits[i] += 1
+        num_considered = max(2, num_considered // 2)
+    return sequence[:num_simulations]
+
+
+def completed_sigma(config, node: Node) -> dict:
+    """mctx's qtransform_completed_by_mix_value over the node's (legal) actions: {a: sigma(a)}."""
+    actions = sorted(node.children)
+    visits = {a: node.children[a].visit_count for a in actions}
+    q = {a: _q(node, node.children[a], config.discount) for a in actions if visits[a] > 0}
+    probs = {a: max(node.children[a].prior, 2.2250738585072014e-308) for a in actions}
+    sum_visits = sum(visits.values())
+    sum_probs = sum(probs[a] for a in actions if visits[a] > 0)
+    weighted_q = sum(probs[a] * q[a] / sum_probs for a in actions if visits[a] > 0)
+    mixed = (node.raw_value + sum_visits * weighted_q) / (sum_visits + 1)
+    completed = {a: q[a] if visits[a] > 0 else mixed for a in actions}
+    low, high = min(completed.values()), max(completed.values())
+    scale = config.gumbel_maxvisit_init + max(visits.values())
+    return {a: scale * config.gumbel_value_scale * (completed[a] - low) / max(high - low, 1e-8) for a in actions}
+
+
+def _log_softmax(values: dict) -> dict:
+    top = max(values.values())
+    total = sum(math.exp(v - top) for v in values.values())
+    return {a: v - top - math.log(total) for a, v in values.items()}
+
+
+def gumbel_interior_child(config, node: Node):
+    """argmax_a softmax(log prior + sigma)(a) - N(a) / (1 + sum N); lowest id on ties."""
+    sigma = completed_sigma(config, node)
+    logits = {a: math.log(c.prior) if c.prior > 0 else -math.inf for a, c in node.children.items()}
+    finite = {a: logits[a] + sigma[a] for a in logits if logits[a] > -math.inf}
+    log_probs = _log_softmax(finite)
+    sum_visits = sum(c.visit_count for c in node.children.values())
+    best = None
+    for a in sorted(node.children):
+        prob = math.exp(log_probs[a]) if a in log_probs else 0.0
+        score = prob - node.children[a].visit_count / (1 + sum_visits)
+        if best is None or score > best[0]:
+            best = (score, a)
+    return best[1], node.children[best[1]]
+
+
+def _root_score(config, root: Node, root_logp: dict, gumbel: Sequence[float], sigma: dict, a: int) -> float:
+    return max(-1e9, float(gumbel[a]) * config.gumbel_scale + root_logp[a] + sigma[a])
+
+
+def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], root_mask: Optional[Sequence[bool]],
+                    root_to_play: int, network: OneTreeNetwork, gumbel: Sequence[float]) -> dict:
+    """Gumbel MuZero on one tree: sequential halving at the root, the deterministic interior
+    rule below, no Dirichlet noise. ``gumbel`` [A]: Gumbel(0, 1) draws (scaled by
+    config.gumbel_scale; zeros for evaluation). Returns run_mcts's fields plus
+    ``improved_policy`` [A] and ``action``."""
+    root = Node(0.0, 0)
+    root.node_id = 0
+    root.raw_value = float(root_value)
+    expand_node(root, root_to_play, 0.0, root_logits, root_mask)
+    root_logp = _log_softmax({a: float(root_logits[a]) for a in root.children})
+    num_considered = min(config.max_num_considered_actions, len(root.children))
+    schedule = considered_visits(num_considered, config.num_simulations)
+    trace = []
+    for sim in range(config.num_simulations):
+        sigma = completed_sigma(config, root)
+        best = None
+        for a in sorted(root.children):
+            if root.children[a].visit_count != schedule[sim]:
+                continue
+            score = _root_score(config, root, root_logp, gumbel, sigma, a)
+            if best is None or score > best[0]:
+                best = (score, a)
+        action, node = best[1], root.children[best[1]]
+        search_path = [root, node]
+        while node.expanded() and not (config.max_depth > 0 and node.depth >= config.max_depth):
+            action, node = gumbel_interior_child(config, node)
+            search_path.append(node)
+        parent = search_path[-2]
+        node.node_id = sim + 1
+        trace.append((parent.node_id, action, node.node_id))
+        reward, value, logits, mask = network(parent.node_id, action, node.node_id)
+        to_play = 1 - parent.to_play if config.two_player else parent.to_play
+        expand_node(node, to_play, reward, logits, mask)
+        node.raw_value = float(value)
+        backpropagate(search_path, float(value), config.discount, MinMaxStats(None))
+    num_actions = len(root_logits)
+    sigma = completed_sigma(config, root)
+    log_improved = _log_softmax({a: root_logp[a] + sigma[a] for a in root.children})
+    improved = [math.exp(log_improved[a]) if a in log_improved else 0.0 for a in range(num_actions)]
+    most = max(c.visit_count for c in root.children.values())
+    best = None
+    for a in sorted(root.children):
+        if root.children[a].visit_count == most:
+            score = _root_score(config, root, root_logp, gumbel, sigma, a)
+            if best is None or score > best[0]:
+                best = (score, a)
+    visit_counts = [0] * num_actions
+    root_q = [0.0] * num_actions
+    for a, child in root.children.items():
+        visit_counts[a] = child.visit_count
+        if child.visit_count > 0:
+            root_q[a] = _q(root, child, config.discount)
+    return {"trace": trace, "visit_counts": visit_counts, "root_value": root.value(), "root_q": root_q,
+            "root": root, "improved_policy": improved, "action": best[1]}

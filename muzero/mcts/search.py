@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from muzero.config import SearchConfig
+from muzero.mcts import gumbel as gumbel_schedule
 from muzero.mcts import kernels
 from muzero.mcts import noise as tree_noise
 from muzero.mcts.tree import ILLEGAL, RootOutputs, SearchResult, Tree, allocate_tree
@@ -170,7 +171,11 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     not keep the arrays it is given. rng: draws the per-tree noise seeds when ``noise``
     is None (:func:`dirichlet_noise`).
     noise: [B, A] Dirichlet draws to mix into the root prior (entries at illegal actions
-    are ignored). add_noise=False (evaluation) leaves the root prior as the network's.
+    are ignored); with ``root_selection="gumbel"``, Gumbel(0, 1) draws instead (scaled by
+    ``gumbel_scale``; drawn from rng when None). add_noise=False (evaluation) leaves the
+    root prior as the network's (Gumbel: no Gumbel noise).
+    With ``root_selection="gumbel"`` (Gumbel MuZero) the result's ``policy_target`` is the
+    improved policy and ``action`` [B] int32 the action the search chose.
     root_action_fn(tree, simulation) -> [B] int32: if given, replaces pUCT at the root
     (e.g. Gumbel MuZero's sequential halving). parallel: spread trees over Numba threads.
     workspace: a Tree of shape (B, S + 1, A) from :func:`allocate_tree` (or an earlier
@@ -187,8 +192,25 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     batch, num_actions = logits.shape
     legal = mask if mask is not None else np.ones((batch, num_actions), bool)
 
-    use_noise = bool(add_noise) and config.root_exploration_fraction > 0.0
-    if noise is not None:
+    gumbel = config.root_selection == "gumbel"
+    if gumbel:
+        if root_action_fn is not None:
+            raise ValueError("root_action_fn cannot be combined with root_selection='gumbel', "
+                             "whose sequential halving is the root rule")
+        root_logp = gumbel_schedule.root_log_prior(logits, legal)
+        root_base = root_logp
+        if add_noise and config.gumbel_scale > 0.0:
+            if noise is None:
+                draws = rng.gumbel(size=(batch, num_actions))
+            else:
+                draws = np.asarray(noise, dtype=np.float64)
+                if draws.shape != (batch, num_actions) or not np.all(np.isfinite(draws)):
+                    raise ValueError(f"noise (Gumbel draws) must be finite with shape {(batch, num_actions)}")
+            root_base = root_logp + float(config.gumbel_scale) * draws
+    use_noise = bool(add_noise) and config.root_exploration_fraction > 0.0 and not gumbel
+    if gumbel:
+        noise_array = np.zeros((batch, num_actions), np.float64)
+    elif noise is not None:
         noise_array = np.ascontiguousarray(noise, dtype=np.float64)
         if noise_array.shape != (batch, num_actions):
             raise ValueError(f"noise has shape {noise_array.shape}; expected {(batch, num_actions)}")
@@ -221,13 +243,20 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     if num_bad:
         raise ValueError(f"root outputs are not finite in {num_bad} tree(s)")
 
-    if parallel:
-        chunks = 4 * numba.get_num_threads()
-        step = lambda *args: kernels.step_parallel(*args, chunks)   # noqa: E731
-    else:
-        step = kernels.step_serial
     two_player = bool(config.two_player)
     params = (exploration_table, float(config.discount), two_player, int(config.max_depth))
+    step_serial, step_parallel = kernels.step_serial, kernels.step_parallel
+    if gumbel:
+        table = gumbel_schedule.considered_visit_table(int(config.max_num_considered_actions), num_simulations)
+        num_considered = np.minimum(legal.sum(axis=1), config.max_num_considered_actions).astype(np.int32)
+        params += (root_base, table, num_considered, float(config.gumbel_value_scale),
+                   float(config.gumbel_maxvisit_init))
+        step_serial, step_parallel = kernels.gumbel_step_serial, kernels.gumbel_step_parallel
+    if parallel:
+        chunks = 4 * numba.get_num_threads()
+        step = lambda *args: step_parallel(*args, chunks)   # noqa: E731
+    else:
+        step = step_serial
     # The Tree fields and records the steps touch, in step_serial's order.
     state = (tree.node_reward, tree.node_raw_value, tree.node_parent, tree.node_action,
              tree.children_index, tree.children_prior, tree.min_max,
@@ -299,7 +328,14 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
             step(*state, -1 - (sim + 1), parents, actions, dummy_f, dummy_f, dummy_logits,
                  all_legal, False, True, forced, has_forced, *params)
     kernels.sync_tree(*tree, *records, num_simulations, two_player)
-    return _root_statistics(tree, value)
+    result = _root_statistics(tree, value)
+    if gumbel:
+        improved, chosen = kernels.gumbel_root_outputs(
+            tree.children_index, tree.children_visits, tree.children_q, tree.children_prior,
+            tree.node_raw_value, root_logp, root_base, float(config.gumbel_value_scale),
+            float(config.gumbel_maxvisit_init))
+        result = result._replace(policy_target=improved, action=chosen)
+    return result
 
 
 def _root_statistics(tree: Tree, root_network_value: np.ndarray) -> SearchResult:

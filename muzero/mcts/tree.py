@@ -110,9 +110,13 @@ class SearchResult(NamedTuple):
     """What a search returns; the first four fields are what actors and replay store."""
 
     visit_counts: np.ndarray    # [B, A] int32 visits of the root's children
-    policy_target: np.ndarray   # [B, A] float32 visit_counts / num_simulations
+    policy_target: np.ndarray   # [B, A] float32 visit_counts / num_simulations (pUCT) or
+    #                             softmax(log prior + sigma(completed Q)) (Gumbel)
     root_value: np.ndarray      # [B] float32 mean backed-up return at the root (root player)
     root_q: np.ndarray          # [B, A] float32 Q(root, a) (root player); 0 where unvisited
     root_prior: np.ndarray      # [B, A] float32 root prior after exploration noise
     root_network_value: np.ndarray  # [B] float32 the network's value at the root, unchanged
     tree: Tree                  # the whole search state, for inspection and reanalyse
+    # Gumbel MuZero: the action [B] int32 the search chose (None for pUCT, whose actions
+    # are sampled from the visit counts by select_action).
+    action: Optional[np.ndarray] = None

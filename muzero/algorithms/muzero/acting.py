@@ -50,7 +50,9 @@ class SearchPolicy:
 
     ``evaluation`` plays greedily (temperature 0, no root noise); otherwise the
     temperature follows ``search.temperature_at(training_step)`` and moves with an
-    in-episode index >= ``search.greedy_after_moves`` are the most visited.
+    in-episode index >= ``search.greedy_after_moves`` are the most visited. With
+    ``root_selection="gumbel"`` the search's own choice is played (training: with Gumbel
+    noise at the root; evaluation: without), and no temperature applies.
     ``in_tree_masks`` turns on :class:`TreeLegalMasks` (two-player board games).
     """
 
@@ -84,6 +86,8 @@ class SearchPolicy:
                                     legal_mask=legal_mask, to_play=to_play),
                         self._with_masks(recurrent_fn, legal_mask), c, self.rng,
                         add_noise=not self.evaluation, workspace=self.workspace)
+        if result.action is not None:   # Gumbel MuZero: the search chose (its noise is the exploration)
+            return result.action.astype(np.int64), result
         temperature = 0.0 if self.evaluation else c.temperature_at(training_step)
         actions = select_action(result.visit_counts, temperature, self.rng)
         if temperature > 0 and c.greedy_after_moves >= 0 and move_index is not None:
