@@ -44,8 +44,13 @@ setup(
     packages=find_packages(include=["muzero", "muzero.*", "envs", "envs.*"]),
     install_requires=install_requires,
     extras_require={
-        "dev": ["pytest>=8", "hypothesis>=6.100"],
+        # ray is here so that `make test` covers the Ray launcher (its tests skip without it).
+        "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30"],
         "ray": ["ray>=2.30"],
+        # Box2D envs (gym:LunarLander-v3, gym:LunarLanderContinuous-v3, gym:BipedalWalker-v3):
+        # Gymnasium's box2d module also imports pygame. Gymnasium's own [box2d] extra pins
+        # box2d-py 2.3.5, which compiles from source; the box2d package ships wheels.
+        "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
         # Goal envs (gym:FetchReach-v4, ...). gymnasium-robotics 1.4 breaks on MuJoCo 4
         # (an assertion on joint types when the Fetch robot resets), hence the pin.
         "robotics": ["gymnasium-robotics>=1.4,<1.5", "mujoco>=3.3,<3.4"],

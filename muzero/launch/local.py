@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from muzero import core
+
 
 def _watch_parent(parent_pid: int, interval: float = 1.0) -> None:
     """Ends this process when its parent is gone (re-parented to another pid)."""
@@ -35,7 +37,7 @@ def _child_main(target: Callable[..., Any], args: tuple, parent_pid: int) -> Non
     target(*args)
 
 
-class LocalActors:
+class LocalActors(core.Launcher):
     """Starts, watches and stops ``num_actors`` processes running ``target(*args_fn(i))``."""
 
     def __init__(self, num_actors: int, target: Callable[..., Any], args_fn: Callable[[int], tuple],

@@ -68,6 +68,16 @@ flags.DEFINE_list("trainable_parts", None, "MuZero: train only these parts: repr
                   "prediction (default all).")
 flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/step-<N> at the end.")
 flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
+flags.DEFINE_enum("launcher", None, ["local", "ray"], "Where actors run: local (processes on this machine, the "
+                  "default) or ray (Ray actors, restarted by Ray when they fail; pip install -e '.[ray]').")
+flags.DEFINE_string("ray_address", None, "--launcher=ray: empty (default) starts a Ray instance on 127.0.0.1 "
+                    "without the dashboard; 'auto' or <host>:<port> joins a running Ray cluster.")
+flags.DEFINE_float("ray_cpus_per_actor", None, "--launcher=ray: logical CPUs reserved per actor (default 1; "
+                   "0.5 packs two actors on a core).")
+flags.DEFINE_integer("ray_max_restarts", None, "--launcher=ray: restarts Ray grants each failed actor (-1, the "
+                     "default, means without limit).")
+flags.DEFINE_integer("learner_devices", None, "MuZero: train on N devices (data parallel, MirroredStrategy): the "
+                     "first N GPUs, or N logical CPU devices on a machine without GPUs. Default 1.")
 
 
 class UsageError(ValueError):
@@ -146,7 +156,9 @@ def build_settings():
            "num_eval_actors": FLAGS.num_eval_actors, "eval_envs_per_actor": FLAGS.eval_envs_per_actor,
            "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
            "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
-           "checkpoint_every_secs": FLAGS.checkpoint_every_secs}
+           "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "launcher": FLAGS.launcher,
+           "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
+           "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
     settings = dataclasses.replace(settings, **{k: v for k, v in top.items() if v is not None})
     changes: dict = {}
     shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),

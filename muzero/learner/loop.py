@@ -76,13 +76,16 @@ class Run:
         self.descriptor = envs.describe(settings.env, **settings.env_options)
         self.builder.check_env(self.descriptor)
         self.builder.check_settings(settings)
+        if settings.learner_devices > 1 and settings.algo != "muzero":
+            raise ConfigError(f"--learner_devices={settings.learner_devices} is a MuZero option; "
+                              f"--algo={settings.algo} trains on one device: drop the flag")
         self.server_config = server_config or ServerConfig()
         self.context = core.RunContext(seed=settings.seed)
         self.stop_event = self.context.stop_event
         self.learner: Optional[core.Learner] = None
         self.service: Optional[core.InferenceService] = None
         self.server: Optional[BatchingServer] = None
-        self.actors: Optional[LocalActors] = None
+        self.actors: Optional[core.Launcher] = None
         self.address: Optional[str] = None
         self.resumed_from: Optional[str] = None
         self.elapsed_before = 0.0   # wall time of earlier sessions of this run (from the checkpoint)
@@ -187,9 +190,16 @@ class Run:
     def _start_actors(self) -> None:
         s = self.settings
         count = s.num_actors + s.num_eval_actors
-        if count:
+        if not count:
+            return
+        if s.launcher == "ray":
+            from muzero.launch.ray_actors import RayActors
+            self.actors = RayActors(count, self.builder.actor_target(), self.actor_args, address=s.ray_address,
+                                    cpus_per_actor=s.ray_cpus_per_actor, max_restarts=s.ray_max_restarts,
+                                    log=self.log)
+        else:
             self.actors = LocalActors(count, self.builder.actor_target(), self.actor_args, log=self.log)
-            self.actors.start()
+        self.actors.start()
 
     # -- main loop ------------------------------------------------------------------------------------
 
@@ -301,11 +311,14 @@ class Run:
         train_ret, eval_ret = episodes.mean_return(False), episodes.mean_return(True)
         stats = self.service.stats(reset=True)
         extra = self.learner.progress()
+        # Mean rows and requests per inference batch since the last record, per batched method.
+        batching = {f"inference/{key}": float(value) for key, value in stats.items()
+                    if key.endswith(("/mean_batch_rows", "/mean_batch_requests"))}
         record = {"time": elapsed, "training_step": self.training_step, "env_steps": self.env_steps,
                   "env_steps_per_s": env_rate, "train_steps_per_s": step_rate,
                   "return_train": train_ret, "return_eval": eval_ret,
                   "episodes_train": episodes.count[False], "episodes_eval": episodes.count[True],
-                  **extra, **metrics}
+                  **extra, **batching, **metrics}
 
         def write():
             tf.summary.scalar("throughput/env_steps_per_s", env_rate)

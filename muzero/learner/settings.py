@@ -16,6 +16,8 @@ from typing import Any
 
 from muzero.config import ConfigError, from_dict, to_dict
 
+LAUNCHERS = ("local", "ray")
+
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
@@ -39,6 +41,19 @@ class RunSettings:
     summary_every_steps: int = 50
     progress_every_s: float = 5.0
     checkpoint_every_secs: float = 600.0
+    # Where the actors run: "local" (processes on this machine, muzero.launch.local) or "ray"
+    # (Ray actors, muzero.launch.ray; needs the ray extra).
+    launcher: str = "local"
+    # launcher="ray": "" starts a Ray instance on 127.0.0.1 (no dashboard); "auto" or
+    # "<host>:<port>" joins a running cluster.
+    ray_address: str = ""
+    # Logical CPUs Ray reserves for each actor (0.5 packs two on a core).
+    ray_cpus_per_actor: float = 1.0
+    # How often Ray restarts one failed actor process; -1 means without limit.
+    ray_max_restarts: int = -1
+    # Devices the learner trains on: 1, or N > 1 for data parallelism over the first N GPUs
+    # (tf.distribute.MirroredStrategy); without GPUs, N logical CPU devices.
+    learner_devices: int = 1
 
     def __post_init__(self):
         checks = {"num_actors": (self.num_actors, 0), "envs_per_actor": (self.envs_per_actor, 1),
@@ -46,7 +61,8 @@ class RunSettings:
                   "eval_envs_per_actor": (self.eval_envs_per_actor, 1),
                   "max_env_steps": (self.max_env_steps, 0), "max_train_steps": (self.max_train_steps, 0),
                   "publish_every_steps": (self.publish_every_steps, 1),
-                  "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0)}
+                  "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0),
+                  "ray_max_restarts": (self.ray_max_restarts, -1), "learner_devices": (self.learner_devices, 1)}
         for name, (value, lo) in checks.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
@@ -57,6 +73,18 @@ class RunSettings:
         if self.checkpoint_every_secs <= 0:
             raise ConfigError(f"RunSettings.checkpoint_every_secs={self.checkpoint_every_secs!r} is invalid: "
                               "must be > 0")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"RunSettings.launcher={self.launcher!r} is invalid: choose from {', '.join(LAUNCHERS)}")
+        if not isinstance(self.ray_address, str):
+            raise ConfigError(f"RunSettings.ray_address={self.ray_address!r} is invalid: must be a string")
+        cpus = self.ray_cpus_per_actor
+        if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= 1024:
+            raise ConfigError(f"RunSettings.ray_cpus_per_actor={cpus!r} is invalid: must be a number in (0, 1024]")
+        if self.launcher != "ray":
+            for name, default in (("ray_address", ""), ("ray_cpus_per_actor", 1.0), ("ray_max_restarts", -1)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"RunSettings.{name}={getattr(self, name)!r} applies to launcher='ray' only "
+                                      f"(this run has launcher={self.launcher!r}): add --launcher=ray or drop it")
         if not isinstance(self.env_options, dict):
             raise ConfigError(f"RunSettings.env_options={self.env_options!r} is invalid: must be a JSON object")
 

@@ -20,7 +20,12 @@ targets (values and rewards two-hot encoded over their supports):
   the replay applies its own floor).
 
 ``make_train_step`` wraps this with a ``tf.GradientTape``, optional global-norm gradient
-clipping and the optimiser update, as one ``tf.function``.
+clipping and the optimiser update, as one ``tf.function``. ``make_distributed_train_step``
+does the same step data-parallel over the R replicas of a ``tf.distribute`` strategy:
+replica r takes the r-th contiguous slice of B / R samples and the gradient of its loss
+divided by R; the sum of these over the replicas is the single-device gradient (the loss
+is a batch mean plus weight decay, see ``muzero.distribute``), and it is clipped and
+applied once.
 
 Imports TensorFlow and the network package only.
 """
@@ -206,5 +211,97 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
         metrics["gradient_norm"] = grad_norm
         metrics["learning_rate"] = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
         return total, metrics, priorities
+
+    return train_step
+
+
+def _masked_mean_counts(batch: dict) -> dict:
+    """The mask totals sum(m) behind ``compute_loss``'s masked-mean metrics, each
+    sum(x * m) / max(sum(m), 1): metric name -> scalar."""
+    value_mask = tf.cast(batch["value_mask"], tf.float32)
+    rewards = tf.reduce_sum(tf.cast(batch["reward_mask"], tf.float32)[:, 1:])   # index 0 never scored
+    return {"target/value": tf.reduce_sum(value_mask[:, :1]), "prediction/reward": rewards,
+            "target/reward": rewards}
+
+
+def make_distributed_train_step(strategy, network, optimizer, training_config: TrainingConfig,
+                                variables: Optional[Sequence[tf.Variable]] = None):
+    """``make_train_step`` data-parallel over the R replicas of a ``tf.distribute`` strategy:
+    a callable ``train_step(batch) -> (total_loss, metrics, new_priorities)`` with the same
+    contract and, up to float rounding, the same numbers.
+
+    ``network``, ``optimizer`` (built on ``variables``) and ``variables`` must have been
+    created under ``strategy.scope()``. ``batch`` holds arrays of B samples (NumPy or eager
+    tensors), B a multiple of R (ValueError otherwise); replica r gets the contiguous slice
+    [r B/R, (r+1) B/R), placed on its device. Each replica computes ``compute_loss`` on its
+    slice (total_r = slice mean + weight decay) and the gradient of total_r / R. These are
+    summed over the replicas onto the first device: sum_r total_r / R = batch mean + weight
+    decay because the slices are equal, so the sum is the single-device gradient of the
+    whole batch. Its global norm is clipped to ``gradient_clip_norm`` as on one device, and
+    the optimiser applies it once to every copy of the variables. The optimiser is called
+    outside the strategy's scope: a Keras 3 optimiser called in a replica context would sum
+    the gradients over the replicas a second time, and in the scope's cross-replica context
+    it cannot run.
+
+    Metrics: batch means, the total and the weight decay are the mean over the replicas
+    (equal slices); the masked means are recombined as sum_r(sum x m) / max(sum_r(sum m), 1);
+    ``gradient_norm`` is the norm of the summed gradients before clipping and
+    ``learning_rate`` the optimiser's rate for the next step. Priorities are the replicas'
+    [B/R] concatenated in slice order: [B]. The step runs as one ``tf.function`` (one trace
+    per batch shape).
+    """
+    variables = list(network.trainable_variables if variables is None else variables)
+    if not variables:
+        raise ValueError("make_distributed_train_step: no variables to train")
+    clip = float(training_config.gradient_clip_norm)
+    replicas = strategy.num_replicas_in_sync
+    devices = list(strategy.extended.worker_devices)
+    sum_op, mean_op = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
+
+    def replica_step(batch):
+        with tf.GradientTape() as tape:
+            total, metrics, priorities = compute_loss(network, batch, training_config,
+                                                      weight_decay_variables=variables)
+            scaled = total / replicas
+        grads = tape.gradient(scaled, variables)
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
+        counts = _masked_mean_counts(batch)
+        metrics = {k: v * tf.maximum(counts[k], 1.0) if k in counts else v for k, v in metrics.items()}
+        return total, metrics, counts, priorities, grads
+
+    @tf.function
+    def step(batch):
+        total, metrics, counts, priorities, grads = strategy.run(replica_step, args=(batch,))
+        with tf.device(devices[0]):
+            grads = [strategy.reduce(sum_op, g, axis=None) for g in grads]
+            grad_norm = tf.linalg.global_norm(grads)
+            if clip > 0:
+                grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
+        optimizer.apply_gradients(zip(grads, variables))
+        out = {}
+        for name, value in metrics.items():
+            if name in counts:
+                out[name] = (strategy.reduce(sum_op, value, axis=None)
+                             / tf.maximum(strategy.reduce(sum_op, counts[name], axis=None), 1.0))
+            else:
+                out[name] = strategy.reduce(mean_op, value, axis=None)
+        out["gradient_norm"] = grad_norm
+        out["learning_rate"] = tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)
+        priorities = tf.concat(strategy.experimental_local_results(priorities), axis=0)
+        return strategy.reduce(mean_op, total, axis=None), out, priorities
+
+    def train_step(batch: dict):
+        size = len(batch["observation"])
+        if size % replicas:
+            raise ValueError(f"a batch of {size} samples does not split evenly over {replicas} replicas: "
+                             f"use a batch size that is a multiple of {replicas}")
+        per_replica = size // replicas
+
+        def replica_slice(context):
+            r = context.replica_id_in_sync_group
+            with tf.device(devices[r]):
+                return {k: tf.identity(v[r * per_replica:(r + 1) * per_replica]) for k, v in batch.items()}
+
+        return step(strategy.experimental_distribute_values_from_function(replica_slice))
 
     return train_step

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from muzero import core
 from muzero.algorithms.muzero import defaults
-from muzero.config import MuZeroConfig
+from muzero.config import ConfigError, MuZeroConfig
 
 
 class MuZeroBuilder(core.Builder):
@@ -14,6 +14,13 @@ class MuZeroBuilder(core.Builder):
 
     def default_settings(self, env: str):
         return defaults.run_defaults(env)
+
+    def check_settings(self, settings) -> None:
+        devices = getattr(settings, "learner_devices", 1)
+        batch = settings.config.training.batch_size
+        if devices > 1 and batch % devices:
+            raise ConfigError(f"training.batch_size={batch} does not split evenly over --learner_devices={devices}: "
+                              f"use a batch size that is a multiple of {devices}")
 
     def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
         from muzero.algorithms.muzero.learning import MuZeroLearner

@@ -6,6 +6,13 @@ into the serving copy between two inference batches (``MuZeroService.update_weig
 so inference always reads one consistent set of weights, and its weights version is
 the training step they came from.
 
+With ``devices`` (``muzero.distribute.configure_devices``, ``--learner_devices=N``) the
+trained network, optimiser, step and checkpoint live under a ``MirroredStrategy`` (one
+copy per device) and each step is data parallel
+(``muzero.network.loss.make_distributed_train_step``); the serving copy is a plain
+network on the first device, so inference runs on one device. The checkpoint holds one
+value per variable either way: checkpoints move freely between 1 and N devices.
+
 ``MuZeroLearner`` (the ``muzero.core.Learner`` of MuZero) adds the prioritized replay:
 actors' ``push_segments`` go into it (``push_segments`` below, called by the service),
 and ``step()`` samples a batch (with value reanalyse and board-symmetry augmentation
@@ -16,6 +23,7 @@ and step), ``replay`` (a replay snapshot) and ``learner.json`` (RNG state).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Optional, Sequence
@@ -27,8 +35,10 @@ import tensorflow as tf
 import envs
 from muzero import core
 from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
+from muzero.distribute import configure_devices, host_seed, make_strategy
 from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
 from muzero.network import export_saved_model, make_network, make_train_step
+from muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_copier
 from muzero.network.networks import PARTS
 from muzero.replay import Replay, ReplayClosedError
@@ -64,27 +74,46 @@ def check_parts(parts: Optional[Sequence[str]]) -> Optional[list]:
 
 
 class Trainer:
-    """Owns the trained and served networks, the optimiser and the step counter."""
+    """Owns the trained and served networks, the optimiser and the step counter.
+
+    ``devices``: None trains on TensorFlow's default device; a list of device names (from
+    ``configure_devices``) trains data parallel over them, with ``strategy`` their
+    ``MirroredStrategy`` (None without devices).
+    """
 
     def __init__(self, descriptor, config: MuZeroConfig, seed: int = 0,
-                 trainable_parts: Optional[Sequence[str]] = None):
+                 trainable_parts: Optional[Sequence[str]] = None, devices: Optional[list] = None):
         stack = config.targets.stack_frames if descriptor.is_image else 1
         self.config = config
-        self.network = make_network(descriptor, config.network, stack, seed=seed)
-        self.serving = make_network(descriptor, config.network, stack, seed=seed)
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.optimizer = make_optimizer(config.training)
-        self.trainable_parts = check_parts(trainable_parts)
-        variables = (self.network.variables_of(self.trainable_parts) if self.trainable_parts
-                     else list(self.network.trainable_variables))
-        self.optimizer.build(variables)
-        self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
-        self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
+        self.strategy = make_strategy(devices) if devices else None
+        mirrored = self.strategy.scope if self.strategy else contextlib.nullcontext
+        with mirrored():
+            self.network = make_network(descriptor, config.network, stack, seed=seed)
+        with tf.device(devices[0]) if devices else contextlib.nullcontext():
+            self.serving = make_network(descriptor, config.network, stack, seed=seed)
+        with mirrored():
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.optimizer = make_optimizer(config.training)
+            self.trainable_parts = check_parts(trainable_parts)
+            variables = (self.network.variables_of(self.trainable_parts) if self.trainable_parts
+                         else list(self.network.trainable_variables))
+            self.optimizer.build(variables)
+            if self.strategy:
+                self._train_step = make_distributed_train_step(self.strategy, self.network, self.optimizer,
+                                                               config.training, variables)
+            else:
+                self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
+            self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
         self._copy_weights = variable_copier(self.network.variables, self.serving.variables)
 
     def copy_to_serving(self, _model=None) -> None:
-        """Copies trained weights into the serving network (call between inference batches)."""
-        self._copy_weights()
+        """Copies trained weights into the serving network (call between inference batches);
+        mirrored weights are read in cross-replica context (all copies are equal)."""
+        if self.strategy:
+            with self.strategy.scope():
+                self._copy_weights()
+        else:
+            self._copy_weights()
 
     def train(self, batch: dict) -> tuple:
         """One SGD step on a replay batch; returns (metrics {name: float}, new priorities [B])."""
@@ -132,15 +161,18 @@ class MuZeroLearner(core.Learner):
         self.config: MuZeroConfig = settings.config
         self.descriptor = descriptor
         self.context = context
-        self.rng = np.random.default_rng(settings.seed)
+        # One learner host (index 0), whose seed is the run's: host_seed(seed, 0) == seed.
+        self.rng = np.random.default_rng(host_seed(settings.seed, 0))
         self.symmetries = None
         if self.config.training.augment_symmetries:
             self.symmetries = envs.board_symmetries(settings.env)
             if self.symmetries is None:
                 raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
                                   "board symmetries (only board games such as tictactoe do): turn it off")
-        self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts)
-        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=settings.seed)
+        devices = configure_devices(getattr(settings, "learner_devices", 1))
+        self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts,
+                               devices=devices)
+        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0))
         self.segments = 0
         self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
 
