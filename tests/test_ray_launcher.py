@@ -90,7 +90,7 @@ def _alive(pid: int) -> bool:
 def test_muzero_actors_on_ray_train_and_a_killed_actor_is_restarted_by_ray(tmp_path):
     logdir = str(tmp_path / "run")
     learner = NetnsLearner(["--env=cartpole", "--launcher=ray", "--num_actors=2", "--num_eval_actors=0",
-                            "--envs_per_actor=4", "--max_seconds=30", "--export=false", f"--logdir={logdir}",
+                            "--envs_per_actor=4", "--max_seconds=20", "--export=false", f"--logdir={logdir}",
                             "--set=replay.min_steps_to_sample=200"])
     joined = learner.wait_for("ray actor 1 joined: pid", timeout=90)
     learner.wait_for("ray actor 0 joined: pid", timeout=30)
@@ -105,7 +105,7 @@ def test_muzero_actors_on_ray_train_and_a_killed_actor_is_restarted_by_ray(tmp_p
     assert learner.finish(timeout=90) == 0, "\n".join(learner.lines[-40:])
     output = "\n".join(learner.lines)
     assert "ray actor 1 (pid" in output and "was lost" in output
-    assert "stopping: max_seconds=30 reached" in output
+    assert "stopping: max_seconds=20 reached" in output
     last = records(logdir)[-1]
     assert last["env_steps"] > 300 and last["training_step"] > 10, last
     assert not _alive(pid)
@@ -114,7 +114,7 @@ def test_muzero_actors_on_ray_train_and_a_killed_actor_is_restarted_by_ray(tmp_p
 def test_thin_streaming_actors_run_on_ray(tmp_path):
     logdir = str(tmp_path / "ppo")
     learner = NetnsLearner(["--algo=ppo", "--env=cartpole", "--launcher=ray", "--num_actors=1",
-                            "--num_eval_actors=1", "--ray_cpus_per_actor=0.5", "--max_seconds=12",
+                            "--num_eval_actors=1", "--ray_cpus_per_actor=0.5", "--max_seconds=8",
                             "--export=false", f"--logdir={logdir}"])
     learner.wait_for("ray actor 1 joined: pid", timeout=90)
     assert learner.finish(timeout=90) == 0, "\n".join(learner.lines[-40:])
