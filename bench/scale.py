@@ -12,8 +12,13 @@ server method over the same records. Prints one line per run, then key=value lin
 launchers, ``ray_over_local_<n>=`` (the ratio of env steps/s).
 
 --kills=K (Ray only, on the largest actor count): kills an actor process K times (SIGKILL,
-spread over the run) and times each from the kill to the learner's "ray actor i is back"
-line; prints ``restart_s_median=`` and ``restart_s_max=``.
+spread over the run once the first actor has joined) and times each from the kill to the
+learner's "ray actor i is back" line; prints ``restart_s_median=`` and ``restart_s_max=``
+(and ``restarts_seen=`` when fewer came back than were killed).
+
+The learner flags after ``--`` are passed on; to time acting alone, keep training from
+starting with a sampling threshold the run cannot reach:
+``-- --set=replay.min_steps_to_sample=1000000``.
 
 On a 2-core machine adding actors cannot add speed (the learner and every actor share the
 two cores): the figures show each launcher's overhead and how inference batches grow with
@@ -42,6 +47,7 @@ def run(launcher: str, actors: int, args, logdir: str, kills: int = 0) -> list:
     print("$", " ".join(cmd), flush=True)
     env_vars = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     env_vars.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
+    launched = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     pids: dict = {}          # actor index -> current pid
@@ -50,9 +56,13 @@ def run(launcher: str, actors: int, args, logdir: str, kills: int = 0) -> list:
     lock = threading.Lock()
 
     def killer():
+        # Kills spread evenly over the time left once the first actor has joined.
+        while not pids and proc.poll() is None:
+            time.sleep(0.2)
         started = time.monotonic()
+        left = max(1.0, args.seconds - (started - launched))
         for k in range(kills):
-            time.sleep(max(0.0, started + args.seconds * (k + 1) / (kills + 1) - time.monotonic()))
+            time.sleep(max(0.0, started + left * (k + 1) / (kills + 1) - time.monotonic()))
             with lock:
                 candidates = [i for i in sorted(pids) if i not in killed]
                 if not candidates:
