@@ -28,13 +28,18 @@ def run_until_stopped(actor, client) -> None:
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, stop)
 
+    done = threading.Event()
+
     def forward_stop_request():
-        _STOP_REQUESTED.wait()
-        actor.stop_event.set()
+        while not done.is_set():
+            if _STOP_REQUESTED.wait(0.25):
+                actor.stop_event.set()
+                return
     threading.Thread(target=forward_stop_request, name="stop-request", daemon=True).start()
     try:
         actor.run()
     finally:
+        done.set()
         try:
             client.close()
         finally:

@@ -42,7 +42,7 @@ class RunSettings:
     progress_every_s: float = 5.0
     checkpoint_every_secs: float = 600.0
     # Where the actors run: "local" (processes on this machine, muzero.launch.local) or "ray"
-    # (Ray actors, muzero.launch.ray; needs the ray extra).
+    # (Ray actors, muzero.launch.ray_actors; needs the ray extra).
     launcher: str = "local"
     # launcher="ray": "" starts a Ray instance on 127.0.0.1 (no dashboard); "auto" or
     # "<host>:<port>" joins a running cluster.
