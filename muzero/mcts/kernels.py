@@ -644,10 +644,11 @@ def _completion(b, node, node_raw_value, records, child_ids):
 
 
 @njit(cache=True, inline='always')
-def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale, maxvisit_init):
+def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale, maxvisit_init, weights):
     """argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N) at an interior node (lowest
     id on ties). The unvisited actions share sigma(v_mix) and N = 0, so the best of them is
-    the one with the largest prior (lowest id), which the record already holds."""
+    the one with the largest prior (lowest id), which the record already holds. ``weights``
+    [>= children] is scratch for the children's p * exp(sigma - top)."""
     sum_n, max_n, v_mix, low, high = _completion(b, node, node_raw_value, records, child_ids)
     scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
     top = scale * (high - low)   # the largest sigma; exponents are taken relative to it
@@ -659,7 +660,8 @@ def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_s
         c = child_ids[b, node, _CHILDREN + k]
         p = records[b, c, _PRIOR]
         visited_prior += p
-        z += p * exp_nonpositive(scale * (records[b, c, _Q] - low) - top)
+        weights[k] = p * exp_nonpositive(scale * (records[b, c, _Q] - low) - top)
+        z += weights[k]
     e_unvisited = 0.0
     if unvisited >= 0:
         e_unvisited = exp_nonpositive(scale * (v_mix - low) - top)
@@ -674,8 +676,7 @@ def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_s
     for k in range(num_children):
         c = child_ids[b, node, _CHILDREN + k]
         a = child_ids[b, c, _ACTION]
-        score = (records[b, c, _PRIOR] * exp_nonpositive(scale * (records[b, c, _Q] - low) - top) * inv_z
-                 - records[b, c, _VISITS] * inv_n)
+        score = weights[k] * inv_z - records[b, c, _VISITS] * inv_n
         if score > best or (score == best and a < action):
             best = score
             action = a
@@ -721,6 +722,7 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                          maxvisit_init):
     """:func:`_select_range` for Gumbel MuZero: sequential halving at the root, the
     deterministic interior rule below it; same outputs and depth cut-off."""
+    weights = np.empty(children_index.shape[2], np.float64)
     for b in range(first, stop):
         node = 0
         depth = 0
@@ -730,7 +732,7 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                                              node_raw_value, records, child_ids, value_scale, maxvisit_init)
             else:
                 action = _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale,
-                                                 maxvisit_init)
+                                                 maxvisit_init, weights)
             child = children_index[b, node, action]
             if child < 0 or (max_depth > 0 and depth + 1 >= max_depth):
                 parents[sim, b] = node
