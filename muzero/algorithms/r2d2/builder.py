@@ -12,7 +12,6 @@ Supported envs: single-player, discrete actions (``cartpole`` with or without
 """
 from __future__ import annotations
 
-import dataclasses
 
 from muzero import core
 from muzero.algorithms.r2d2.config import (R2D2ActingConfig, R2D2Config, R2D2NetworkConfig, R2D2ReplayConfig,
@@ -68,9 +67,8 @@ def _atari_settings(env: str):
 
 def _gym_settings(env: str):
     # Gymnasium ids: the CartPole defaults, with the conv torso picked for image observations.
-    settings = _cartpole_settings(env)
-    return dataclasses.replace(settings, config=dataclasses.replace(
-        settings.config, network=dataclasses.replace(settings.config.network, torso="auto")))
+    from muzero.learner.settings import replace_sections
+    return replace_sections(_cartpole_settings(env), {"network": {"torso": "auto"}})
 
 
 class R2D2Builder(StreamingBuilder):

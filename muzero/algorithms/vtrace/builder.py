@@ -11,7 +11,6 @@ Supported envs: single-player, discrete actions (``cartpole``, ``atari``, ``gym:
 """
 from __future__ import annotations
 
-import dataclasses
 
 from muzero import core
 from muzero.algorithms.streaming import StreamingBuilder
@@ -64,11 +63,9 @@ def _atari_settings(env: str):
 
 
 def _gym_settings(env: str):
-    # Gymnasium ids: the CartPole-like defaults for vector envs; the conv torso is picked by
-    # torso="auto" for image observations.
-    settings = _cartpole_settings(env)
-    return dataclasses.replace(settings, config=dataclasses.replace(
-        settings.config, network=dataclasses.replace(settings.config.network, torso="auto")))
+    # Gymnasium ids: the CartPole defaults, with the conv torso picked for image observations.
+    from muzero.learner.settings import replace_sections
+    return replace_sections(_cartpole_settings(env), {"network": {"torso": "auto"}})
 
 
 class VTraceBuilder(StreamingBuilder):
