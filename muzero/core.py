@@ -231,6 +231,14 @@ class Builder(abc.ABC):
     def check_settings(self, settings) -> None:
         """Cross-field checks that need the whole ``RunSettings`` (raise ConfigError)."""
 
+    def fit_to_env(self, settings, descriptor, changes: dict) -> tuple:
+        """Defaults fitted to the env: called with ``default_settings``' result (plus
+        ``--env_options``) before the user's overrides, which are ``changes``
+        ({section: {field: value}}, applied afterwards; fields named there are the user's and
+        are left alone). Returns (settings, notes), one note per derived default saying where
+        it came from; the learner prints them. The default fits nothing."""
+        return settings, []
+
     @abc.abstractmethod
     def make_learner(self, settings, descriptor, context: RunContext, *,
                      trainable_parts=None) -> Learner: ...

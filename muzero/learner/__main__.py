@@ -152,14 +152,11 @@ def build_settings():
         raise UsageError(f"--env_options must be a JSON object, got {FLAGS.env_options!r}")
     if options:
         settings = dataclasses.replace(settings, env_options={**settings.env_options, **options})
-    top = {"num_actors": FLAGS.num_actors, "envs_per_actor": FLAGS.envs_per_actor,
-           "num_eval_actors": FLAGS.num_eval_actors, "eval_envs_per_actor": FLAGS.eval_envs_per_actor,
-           "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
-           "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
-           "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "launcher": FLAGS.launcher,
-           "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
-           "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
-    settings = dataclasses.replace(settings, **{k: v for k, v in top.items() if v is not None})
+    import envs
+    try:
+        descriptor = envs.describe(settings.env, **settings.env_options)
+    except Exception as e:  # unknown env or module (e.g. gym:nosuchmodule:Foo-v0), bad --env_options
+        raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
     changes: dict = {}
     shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),
                  ("learning_rate", "training", "learning_rate"))
@@ -171,7 +168,18 @@ def build_settings():
     for item in FLAGS.set:
         section, field, value = _parse_set(item, settings.config)
         changes.setdefault(section, {})[field] = value
-    return replace_sections(settings, changes)
+    top = {"num_actors": FLAGS.num_actors, "envs_per_actor": FLAGS.envs_per_actor,
+           "num_eval_actors": FLAGS.num_eval_actors, "eval_envs_per_actor": FLAGS.eval_envs_per_actor,
+           "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
+           "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
+           "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "launcher": FLAGS.launcher,
+           "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
+           "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
+    notes = []
+    if not FLAGS.config:   # a saved config.json is complete: nothing is derived again
+        settings, notes = algorithms.get(settings.algo).fit_to_env(settings, descriptor, changes)
+    settings = dataclasses.replace(settings, **{k: v for k, v in top.items() if v is not None})
+    return replace_sections(settings, changes), notes
 
 
 def _check_logdir(path: str) -> None:
@@ -190,12 +198,7 @@ def main(argv):
         raise UsageError(f"unexpected arguments {argv[1:]}; flags look like --name=value")
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
-    settings = build_settings()
-    import envs
-    try:
-        envs.describe(settings.env, **settings.env_options)
-    except Exception as e:  # unknown env or module (e.g. gym:nosuchmodule:Foo-v0), bad --env_options
-        raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
+    settings, notes = build_settings()
     if FLAGS.trainable_parts is not None:
         from muzero.network.networks import PARTS
         bad = [p for p in FLAGS.trainable_parts if p not in PARTS]
@@ -213,6 +216,9 @@ def main(argv):
                                  tls_key_file=FLAGS.tls_key_file, auth_token_file=FLAGS.auth_token_file)
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
                                  tls_server_name="localhost" if FLAGS.tls_cert_file else None)
+    if notes:
+        print("defaults fitted to the env (set a field with --set to override it):\n"
+              + "\n".join(f"  {note}" for note in notes), flush=True)
     print(f"settings ({logdir}/config.json):\n{settings.to_json()}", flush=True)
     run = Run(settings, logdir, server_config=server_config, client_config=client_config,
               init_checkpoint=FLAGS.init_checkpoint, trainable_parts=FLAGS.trainable_parts,

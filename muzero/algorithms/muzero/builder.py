@@ -15,6 +15,9 @@ class MuZeroBuilder(core.Builder):
     def default_settings(self, env: str):
         return defaults.run_defaults(env)
 
+    def fit_to_env(self, settings, descriptor, changes: dict) -> tuple:
+        return defaults.fit_run_defaults(settings, descriptor, changes)
+
     def check_settings(self, settings) -> None:
         devices = getattr(settings, "learner_devices", 1)
         batch = settings.config.training.batch_size

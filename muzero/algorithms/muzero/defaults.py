@@ -9,10 +9,11 @@ from the MuZero paper or SEED RL the comment says why.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig, TargetConfig,
                            TrainingConfig)
-from muzero.learner.settings import RunSettings
+from muzero.learner.settings import RunSettings, replace_sections
 
 
 def _cartpole() -> RunSettings:
@@ -121,16 +122,123 @@ def _atari() -> RunSettings:
 
 
 def _gym() -> RunSettings:
-    return dataclasses.replace(_cartpole(), env="gym", num_eval_actors=0)
+    # Vector observations: the CartPole settings, then fit_to_env sizes the supports from the
+    # env. Evaluation actors stay on (greedy play is what the progress line and the solve
+    # criteria report).
+    return dataclasses.replace(_cartpole(), env="gym")
+
+
+def _gym_image() -> RunSettings:
+    # Image observations (e.g. gym:ALE/Pong-v5): the Atari settings (stacked frames, the conv
+    # torso with downsampling); fit_to_env sizes the supports from the env.
+    return dataclasses.replace(_atari(), env="gym")
 
 
 _DEFAULTS = {"cartpole": _cartpole, "tictactoe": _tictactoe, "atari": _atari}
 
 
 def run_defaults(env: str) -> RunSettings:
-    """Defaults for ``env`` (``gym:<ID>`` uses the CartPole-like small-model settings)."""
+    """Defaults for ``env``. ``gym:<ID>`` ids start from the CartPole settings;
+    :func:`fit_run_defaults` then fits them to the env."""
     if env.startswith("gym:"):
         return dataclasses.replace(_gym(), env=env)
     if env not in _DEFAULTS:
         raise ValueError(f"no defaults for env {env!r}; known: {sorted(_DEFAULTS)} and gym:<ID>")
     return _DEFAULTS[env]()
+
+
+# -- Defaults derived from the env ---------------------------------------------------------------------
+
+# Widest support the fit produces: the MuZero paper's 601 bins over [-300, 300] in h-space
+# (returns up to about 9e4 in size).
+MAX_SUPPORT_HALF_WIDTH = 300
+
+
+def _h(x: float, eps: float = 0.001) -> float:
+    """The value transform h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x (muzero.network.support)."""
+    return math.copysign(math.sqrt(abs(x) + 1.0) - 1.0, x) + eps * x
+
+
+def _support(half_width: int) -> SupportConfig:
+    return SupportConfig(-float(half_width), float(half_width), 2 * half_width + 1, True)
+
+
+def discounted_horizon(discount: float, max_episode_steps) -> float:
+    """sum_{t < T} discount^t: how many rewards of size 1 a return can add up to (inf when
+    discount is 1 and the episode has no step limit)."""
+    if discount >= 1.0:
+        return float(max_episode_steps) if max_episode_steps else math.inf
+    if not max_episode_steps:
+        return 1.0 / (1.0 - discount)
+    return (1.0 - discount ** max_episode_steps) / (1.0 - discount)
+
+
+def fitted_supports(reward_scale: float, discount: float, max_episode_steps) -> tuple:
+    """(value_support, reward_support, value_bound) for rewards of size at most
+    ``reward_scale``: the value support covers ``reward_scale * discounted_horizon`` and
+    the reward support ``reward_scale``, each as a whole number of units in h-space with
+    one bin per unit (the reward support one unit wider, so rarer larger rewards are not
+    clipped at once), at most MAX_SUPPORT_HALF_WIDTH. CartPole (reward 1, discount 0.99,
+    500 steps) gets exactly the built-in env's 21 and 5 bins."""
+    value_bound = reward_scale * discounted_horizon(discount, max_episode_steps)
+    value_half = MAX_SUPPORT_HALF_WIDTH if math.isinf(value_bound) else \
+        min(MAX_SUPPORT_HALF_WIDTH, max(1, math.ceil(_h(value_bound))))
+    reward_half = min(MAX_SUPPORT_HALF_WIDTH, math.ceil(_h(reward_scale)) + 1)
+    return _support(value_half), _support(reward_half), value_bound
+
+
+def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
+    """Fits a ``gym:`` run's defaults to the env (``core.Builder.fit_to_env``); other envs
+    are returned unchanged. ``settings`` are :func:`run_defaults`' (plus env options),
+    ``changes`` the user's overrides still to be applied ({section: {field: value}}).
+
+    - Image observations switch to the Atari settings (stacked frames, conv torso).
+    - ``network.value_support`` and ``network.reward_support`` are sized by
+      :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
+      when it has one, else the largest |reward| a random policy met, see
+      :mod:`envs.probe`; ``probe`` overrides that probe for tests), the episode step
+      limit and the discount (the user's ``targets.discount`` if given).
+    Fields the user sets are left alone. Returns (settings, notes): one line per derived
+    default, saying where it came from.
+    """
+    if not settings.env.startswith("gym:") or settings.algo != "muzero" or descriptor.action_kind != "discrete":
+        return settings, []   # continuous actions: the run loop refuses the env for MuZero with its reason
+    notes = []
+    if descriptor.kind == "image":
+        settings = dataclasses.replace(_gym_image(), env=settings.env, env_options=settings.env_options)
+        notes.append(f"image observations {tuple(descriptor.observation_shape)}: the Atari defaults "
+                     "(stacked frames, residual conv torso with downsampling)")
+    fixed = {f"{section}.{field}" for section, fields in changes.items() for field in fields}
+    wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
+    if not wanted:
+        return settings, notes
+    if descriptor.reward_range is not None:
+        scale = max(abs(float(v)) for v in descriptor.reward_range)
+        source = f"the env's declared reward range {tuple(descriptor.reward_range)}"
+    else:
+        if probe is None:
+            from envs.probe import probe_rewards
+            seen = probe_rewards(settings.env, settings.env_options)
+        else:
+            seen = probe()
+        scale = seen.max_abs_reward
+        source = (f"the largest |reward| in {seen.env_steps} random-policy steps "
+                  f"({seen.episodes} episodes, rewards {seen.min_reward:g}..{seen.max_reward:g})")
+        if scale == 0.0:
+            scale = 1.0
+            source += "; every reward was 0, so 1 is assumed"
+    discount = changes.get("targets", {}).get("discount", settings.config.targets.discount)
+    limit = descriptor.max_episode_steps
+    value, reward, bound = fitted_supports(scale, discount, limit)
+    network = {}
+    if "network.value_support" in wanted:
+        network["value_support"] = value
+        notes.append(f"network.value_support = [{value.low:g}, {value.high:g}] in h-space, {value.num_bins} bins: "
+                     f"returns up to {bound:.4g} = reward scale {scale:g} x the discounted horizon of "
+                     f"{limit or 'unlimited'} steps at discount {discount:g}")
+    if "network.reward_support" in wanted:
+        network["reward_support"] = reward
+        notes.append(f"network.reward_support = [{reward.low:g}, {reward.high:g}] in h-space, {reward.num_bins} "
+                     f"bins: one step's reward up to {scale:g}, plus one unit")
+    notes.append(f"reward scale {scale:g}: {source}")
+    return replace_sections(settings, {"network": network}), notes

@@ -1,0 +1,149 @@
+"""MuZero defaults fitted to a ``gym:`` env: supports from the reward scale, step limit and
+discount; the random-policy reward probe; what the learner's flags make of them.
+
+Expected supports are worked out by hand below (h(x) = sqrt(x + 1) - 1 + 0.001 x for x >= 0).
+"""
+import dataclasses
+import math
+
+import pytest
+
+from envs.base import EnvDescriptor
+from envs.probe import RewardProbe, probe_rewards
+from muzero.algorithms.muzero import defaults
+from muzero.config import SupportConfig
+
+
+def _probe(max_abs=1.0, lo=1.0, hi=1.0):
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return RewardProbe(env_steps=5000, episodes=7, max_abs_reward=max_abs, min_reward=lo, max_reward=hi,
+                           mean_return=None, seconds=0.1)
+    return probe, calls
+
+
+def _vector(name="gym:Test-v0", reward_range=None, limit=500):
+    return EnvDescriptor(name=name, observation_shape=(4,), observation_dtype="float32", num_actions=2,
+                         reward_range=reward_range, max_episode_steps=limit)
+
+
+def test_discounted_horizon_by_hand():
+    # (1 - 0.9^3) / (1 - 0.9) = 1 + 0.9 + 0.81 = 2.71
+    assert defaults.discounted_horizon(0.9, 3) == pytest.approx(2.71)
+    assert defaults.discounted_horizon(0.99, None) == pytest.approx(100.0)
+    assert defaults.discounted_horizon(1.0, 9) == 9.0
+    assert math.isinf(defaults.discounted_horizon(1.0, None))
+
+
+def test_fitted_supports_cartpole_matches_the_built_in_env():
+    # Reward 1, discount 0.99, 500 steps: returns <= (1 - 0.99^500) / 0.01 = 99.343;
+    # h(99.343) = sqrt(100.343) - 1 + 0.0993 = 9.116 -> 10 units -> [-10, 10], 21 bins.
+    # Reward: h(1) = sqrt(2) - 1 + 0.001 = 0.415 -> 1 unit, plus one -> [-2, 2], 5 bins.
+    value, reward, bound = defaults.fitted_supports(1.0, 0.99, 500)
+    assert bound == pytest.approx(99.343, abs=1e-3)
+    assert value == SupportConfig(-10.0, 10.0, 21, True)
+    assert reward == SupportConfig(-2.0, 2.0, 5, True)
+    built_in = defaults.run_defaults("cartpole").config.network
+    assert (value, reward) == (built_in.value_support, built_in.reward_support)
+
+
+def test_fitted_supports_lunar_lander_scale():
+    # Rewards up to 100 (a crash is -100), discount 0.99, 1000 steps:
+    # bound = 100 (1 - 0.99^1000) / 0.01 = 9999.57; h = sqrt(10000.57) - 1 + 9.99957 = 109.0024
+    # -> 110 units, 221 bins. Reward: h(100) = sqrt(101) - 1 + 0.1 = 9.150 -> 10, plus one -> 11, 23 bins.
+    value, reward, bound = defaults.fitted_supports(100.0, 0.99, 1000)
+    assert bound == pytest.approx(9999.57, abs=0.01)
+    assert value == SupportConfig(-110.0, 110.0, 221, True)
+    assert reward == SupportConfig(-11.0, 11.0, 23, True)
+
+
+def test_fitted_supports_cap_at_the_papers_601_bins():
+    value, _, bound = defaults.fitted_supports(1.0, 1.0, None)   # no limit, no discount: unbounded
+    assert math.isinf(bound) and value == SupportConfig(-300.0, 300.0, 601, True)
+    value, _, _ = defaults.fitted_supports(1e6, 0.997, 27_000)
+    assert value.num_bins == 601
+
+
+def test_fit_uses_the_probe_and_says_where_each_default_came_from():
+    settings = defaults.run_defaults("gym:Test-v0")
+    probe, calls = _probe(max_abs=100.0, lo=-100.0, hi=50.0)
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000), {}, probe=probe)
+    net = fitted.config.network
+    assert calls == [1]
+    assert (net.value_support.num_bins, net.reward_support.num_bins) == (221, 23)
+    text = "\n".join(notes)
+    assert "network.value_support" in text and "network.reward_support" in text
+    assert "5000 random-policy steps" in text and "-100..50" in text and "1000 steps at discount 0.99" in text
+    # Everything else is the CartPole-derived default, evaluation actors included.
+    assert fitted.num_eval_actors == 1 and fitted.eval_envs_per_actor == 20
+    assert dataclasses.replace(net, value_support=SupportConfig(), reward_support=SupportConfig()) == \
+        dataclasses.replace(settings.config.network, value_support=SupportConfig(), reward_support=SupportConfig())
+
+
+def test_fit_keeps_what_the_user_sets_and_reads_their_discount():
+    settings = defaults.run_defaults("gym:Test-v0")
+    probe, calls = _probe()
+    changes = {"network": {"reward_support": SupportConfig(-3.0, 3.0, 7, True)}, "targets": {"discount": 0.9}}
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=None), changes, probe=probe)
+    # discount 0.9, no limit: bound 10, h(10) = sqrt(11) - 1 + 0.01 = 2.327 -> 3 units, 7 bins.
+    assert fitted.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
+    assert fitted.config.network.reward_support == settings.config.network.reward_support  # left for the user's
+    assert not any("reward_support" in n for n in notes)
+    _, notes = defaults.fit_run_defaults(settings, _vector(), {"network": {"value_support": SupportConfig(),
+                                                                          "reward_support": SupportConfig()}},
+                                         probe=probe)
+    assert notes == [] and len(calls) == 1   # nothing left to fit: the env is not probed
+
+
+def test_declared_reward_range_wins_over_the_probe_and_zero_rewards_assume_one():
+    settings = defaults.run_defaults("gym:Test-v0")
+    probe, calls = _probe(max_abs=50.0)
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(reward_range=(-1.0, 1.0)), {}, probe=probe)
+    assert calls == [] and fitted.config.network.value_support.num_bins == 21
+    assert any("declared reward range (-1.0, 1.0)" in n for n in notes)
+    probe, _ = _probe(max_abs=0.0, lo=0.0, hi=0.0)
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(), {}, probe=probe)
+    assert fitted.config.network.value_support.num_bins == 21 and any("1 is assumed" in n for n in notes)
+
+
+def test_image_observations_get_the_atari_settings_and_other_envs_are_untouched():
+    settings = defaults.run_defaults("gym:Img-v0")
+    image = EnvDescriptor(name="gym:Img-v0", observation_shape=(84, 84, 1), observation_dtype="uint8",
+                          num_actions=6, kind="image", frame_layout="HWC", reward_range=(-1.0, 1.0),
+                          max_episode_steps=27_000)
+    fitted, notes = defaults.fit_run_defaults(dataclasses.replace(settings, env_options={"a": 1}), image, {})
+    atari = defaults.run_defaults("atari")
+    assert fitted.config.targets.stack_frames == atari.config.targets.stack_frames == 8
+    assert fitted.config.network.conv_downsample and fitted.env == "gym:Img-v0" and fitted.env_options == {"a": 1}
+    assert "Atari defaults" in notes[0]
+    for env in ("cartpole", "tictactoe"):
+        built_in = defaults.run_defaults(env)
+        assert defaults.fit_run_defaults(built_in, _vector(name=env), {}) == (built_in, [])
+
+
+def test_probe_on_cartpole_sees_reward_one_and_short_random_episodes():
+    seen = probe_rewards("gym:CartPole-v1", max_env_steps=2_000)
+    assert seen.env_steps >= 2_000 and seen.max_abs_reward == 1.0 == seen.min_reward == seen.max_reward
+    # A random policy keeps the pole up for about 22 steps on average.
+    assert seen.episodes > 40 and 12 < seen.mean_return < 40
+    again = probe_rewards("gym:CartPole-v1", max_env_steps=2_000)   # a fixed seed: the same episodes
+    assert (again.episodes, again.mean_return) == (seen.episodes, seen.mean_return)
+
+
+def test_learner_flags_print_and_apply_fitted_defaults():
+    from absl import flags
+
+    from muzero.learner import __main__ as cli
+    flags.FLAGS.unparse_flags()
+    try:
+        flags.FLAGS(["learner", "--env=gym:CartPole-v1", "--set=targets.discount=0.9",
+                     "--set=search.discount=0.9", "--num_eval_actors=0"])
+        settings, notes = cli.build_settings()
+    finally:
+        flags.FLAGS.unparse_flags()
+    # The user's discount 0.9 with 500 steps: bound (1 - 0.9^500) / 0.1 = 10 -> 3 units, 7 bins.
+    assert settings.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
+    assert settings.config.targets.discount == 0.9 and settings.num_eval_actors == 0
+    assert any("random-policy steps" in n for n in notes)
