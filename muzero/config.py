@@ -327,6 +327,12 @@ class NetworkConfig:
     # Heads: hidden width of value / reward / policy MLPs.
     head_hidden_size: int = 64
     jit_compile: bool = False
+    # Projection / predictor heads of the self-supervised losses (muzero.network.ssl;
+    # the consistency loss and pretraining). EfficientZero (Atari): 1024 / 1024 / 512;
+    # CPU-sized here. Built only when a loss uses them.
+    projection_hidden: int = 256
+    projection_size: int = 256
+    predictor_hidden: int = 128
 
     def __post_init__(self):
         for name in ("value_support", "reward_support"):
@@ -345,6 +351,9 @@ class NetworkConfig:
         check_bool(self, "conv_downsample")
         check_bool(self, "jit_compile")
         check_int(self, "head_hidden_size", 1)
+        check_int(self, "projection_hidden", 1, 65_536)
+        check_int(self, "projection_size", 1, 65_536)
+        check_int(self, "predictor_hidden", 1, 65_536)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,8 @@ both returning a dict with ``value [B]``, ``reward [B]``, ``policy_logits [B, A]
 ``value_logits [B, V]``, ``reward_logits [B, R]``, ``hidden_state [B, *hidden_shape]``.
 Load with ``tf.saved_model.load(path).signatures["initial_inference"](observation=...)``.
 The exported functions are never XLA-compiled, whatever the network's setting, so the
-model loads on any TensorFlow build.
+model loads on any TensorFlow build. Only the representation, dynamics and prediction
+are saved: a ``pretrain_head`` (projection + predictor, a training aid) is left out.
 
 Imports TensorFlow and the network package only.
 """
@@ -24,9 +25,10 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import tensorflow as tf
 
-from muzero.network.networks import OUTPUT_KEYS
+from muzero.network.networks import OUTPUT_KEYS, PARTS
 from muzero.network.support import support_description
 
 EXPORT_JSON = "muzero_export.json"
@@ -87,8 +89,8 @@ def export_description(network) -> dict:
                 "outputs": list(OUTPUT_KEYS),
             },
         },
-        "parts": sorted(network.variables_by_part()),
-        "num_parameters": network.num_parameters(),
+        "parts": sorted(PARTS),
+        "num_parameters": int(sum(np.prod(v.shape) for v in network.variables_of(PARTS))),
     }
 
 

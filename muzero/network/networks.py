@@ -23,8 +23,10 @@ in the state the value belongs to; rewards are from the point of view of the pla
 who made the move. Both are categorical over the supports in ``NetworkConfig``.
 
 Variables are grouped by part -- ``representation``, ``dynamics``, ``prediction`` (and
-``pretrain_head`` once pretraining adds one) -- so a run can train, freeze or restore
-each part (``variables_by_part()``, or ``tf.train.Checkpoint(representation=net.representation)``).
+``pretrain_head``, the projection + predictor of ``muzero.network.ssl``, when the network
+is built ``with_ssl_head``) -- so a run can train, freeze or restore each part
+(``variables_by_part()``, or ``tf.train.Checkpoint(representation=net.representation)``).
+The pretrain head is a training aid: inference never uses it and exports leave it out.
 
 Imports TensorFlow, NumPy, ``muzero.config``, ``muzero.observation`` and ``envs.base``
 only; never the search, replay or RPC code.
@@ -40,6 +42,7 @@ import tensorflow as tf
 from envs.base import EnvDescriptor
 from muzero.config import NetworkConfig
 from muzero.network import layers
+from muzero.network.ssl import SSLHead
 from muzero.network.support import tf_logits_to_scalar
 from muzero.observation import network_input_shape
 
@@ -277,7 +280,8 @@ class MuZeroNetwork(tf.Module):
 
     def __init__(self, kind: str, input_shape: tuple, input_dtype: tf.DType, num_actions: int,
                  hidden_shape: tuple, config: NetworkConfig, representation: tf.Module,
-                 dynamics: tf.Module, prediction: tf.Module):
+                 dynamics: tf.Module, prediction: tf.Module,
+                 pretrain_head: Optional[tf.Module] = None):
         super().__init__(name="muzero_network")
         self.kind = kind
         self.input_shape = tuple(int(d) for d in input_shape)
@@ -290,7 +294,8 @@ class MuZeroNetwork(tf.Module):
         self.representation = representation
         self.dynamics = dynamics
         self.prediction = prediction
-        self.pretrain_head: Optional[tf.Module] = None
+        # muzero.network.ssl.SSLHead (projection + predictor) or None; see make_network.
+        self.pretrain_head: Optional[tf.Module] = pretrain_head
         self.observation_spec = tf.TensorSpec([None, *self.input_shape], input_dtype,
                                               name="observation")
         self.hidden_spec = tf.TensorSpec([None, *self.hidden_shape], tf.float32,
@@ -361,11 +366,14 @@ def _hidden_hw(h: int, w: int, downsample: bool) -> tuple:
 
 
 def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames: int,
-                 seed: int = 0) -> MuZeroNetwork:
+                 seed: int = 0, with_ssl_head: bool = False) -> MuZeroNetwork:
     """Builds the MuZero network for an env; weights are a pure function of ``seed``.
 
     ``stack_frames`` is the number of frames per input for image envs (``TargetConfig``);
-    vector and board envs must pass 1.
+    vector and board envs must pass 1. ``with_ssl_head`` also builds ``pretrain_head``
+    (``muzero.network.ssl.SSLHead``: projection + predictor sized by ``NetworkConfig``),
+    which the consistency loss and pretraining need; the other parts' weights are the
+    same with or without it.
     """
     if descriptor.num_actions < 1:
         raise ValueError(f"descriptor.num_actions={descriptor.num_actions} must be >= 1")
@@ -398,5 +406,6 @@ def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames:
     else:
         raise ValueError(f"descriptor.kind={kind!r} is not supported: "
                          f"expected one of ['vector', 'image', 'board']")
+    head = SSLHead(hidden_shape, config, seed) if with_ssl_head else None
     return MuZeroNetwork(kind, input_shape, input_dtype, num_actions, hidden_shape, config,
-                         *parts)
+                         *parts, pretrain_head=head)
