@@ -44,8 +44,9 @@ setup(
     packages=find_packages(include=["muzero", "muzero.*", "envs", "envs.*"]),
     install_requires=install_requires,
     extras_require={
-        # ray is here so that `make test` covers the Ray launcher (its tests skip without it).
-        "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30"],
+        # ray and minatar are here so that `make test` covers the Ray launcher and the MinAtar
+        # envs (their tests skip without them).
+        "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30", "minatar>=1.0.15"],
         "ray": ["ray>=2.30"],
         # Box2D envs (gym:LunarLander-v3, gym:LunarLanderContinuous-v3, gym:BipedalWalker-v3):
         # Gymnasium's box2d module also imports pygame. Gymnasium's own [box2d] extra pins
@@ -54,6 +55,9 @@ setup(
         # Goal envs (gym:FetchReach-v4, ...). gymnasium-robotics 1.4 breaks on MuJoCo 4
         # (an assertion on joint types when the Fetch robot resets), hence the pin.
         "robotics": ["gymnasium-robotics>=1.4,<1.5", "mujoco>=3.3,<3.4"],
+        # MinAtar games (minatar:Breakout, ...). The games are pure Python and NumPy, but the
+        # package declares pandas, scipy and seaborn (used only by its rendering), hence an extra.
+        "minatar": ["minatar>=1.0.15"],
         "gpu": ["tensorflow[and-cuda]>=2.17"],
     },
     entry_points={},

@@ -1,4 +1,6 @@
-"""Environments by name: ``cartpole``, ``tictactoe``, ``atari``, ``reach`` and ``gym:<ID>``.
+"""Environments by name: ``cartpole``, ``tictactoe``, ``atari``, ``reach``, ``gym:<ID>`` and
+``minatar:<Game>`` (Asterix, Breakout, Freeway, Seaquest, SpaceInvaders; the optional
+``minatar`` extra, see ``envs/minatar.py``).
 
     envs.make(name, seed=0, **options)          -> Env (one environment)
     envs.make_batch(name, num_envs, seed=0, **options) -> EnvBatch (E in lockstep, auto-reset)
@@ -50,6 +52,8 @@ def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=Non
         raise ValueError(f"env {name!r} is already registered")
     if name.startswith("gym:"):
         raise ValueError("names starting with 'gym:' are reserved for Gymnasium ids")
+    if name.startswith("minatar:"):
+        raise ValueError("names starting with 'minatar:' are reserved for MinAtar games")
     if symmetries is not None:
         symmetries = np.asarray(symmetries, np.int64)
         cells = list(range(symmetries.shape[-1]))
@@ -59,7 +63,8 @@ def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=Non
 
 
 def known_names() -> list[str]:
-    return sorted(_REGISTRY) + ["gym:<ID>"]
+    from envs.minatar import GAMES
+    return sorted(_REGISTRY) + ["gym:<ID>"] + [f"minatar:{game}" for game in GAMES]
 
 
 def _no_options(name: str, options: dict) -> None:
@@ -87,6 +92,21 @@ def _entry(name: str) -> _Entry:
                 env.close()
 
         return _Entry(make_fn, describe_fn, None)
+    if name.startswith("minatar:"):
+        from envs import minatar
+        game = name[len("minatar:"):]
+        try:
+            minatar.game_module(game)
+        except ValueError as e:   # an unknown game: the message lists the games
+            raise UnknownEnvError(f"{name!r}: {e}") from None
+
+        def make_minatar(seed=0, **options):
+            return minatar.MinAtarEnv(game, seed=seed, **options)
+
+        def describe_minatar(**options):
+            return minatar.describe(game, **options)
+
+        return _Entry(make_minatar, describe_minatar, None)
     if name not in _REGISTRY:
         raise UnknownEnvError(f"unknown env {name!r}; known envs: {', '.join(known_names())}")
     return _REGISTRY[name]

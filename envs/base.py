@@ -34,7 +34,8 @@ class EnvDescriptor:
       value_range: (low, high) of discounted returns, or None when unknown.
       known_bounds: (low, high) bounds on search Q values when known exactly, else None.
       max_episode_steps: agent steps after which an episode is truncated, or None.
-      frame_layout: for image envs, ``HWC`` with C = 1 (grayscale) or 3 (RGB); else None.
+      frame_layout: for image envs, ``HWC``: C = 1 (grayscale), 3 (RGB) or one 0/255 plane per
+        kind of object (MinAtar, C = 4..10); networks divide image inputs by 255. Else None.
       has_legal_mask: True when some actions can be illegal in some states.
       action_kind: ``discrete`` (integer actions in [0, num_actions)) or ``continuous``
         (float32 vectors of shape ``action_shape`` within [action_low, action_high]).
