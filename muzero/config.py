@@ -403,6 +403,52 @@ class TrainingConfig:
         check_choice(self, "recurrent_loss_scaling", ("paper", "seed"))
 
 
+PRETRAIN_OBJECTIVES = ("ntxent", "simsiam")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+    """Self-supervised pretraining of the representation (``--pretrain``; docs/PRETRAINING.md).
+
+    A pretraining run's actors play uniformly random legal moves (no search) and its
+    learner (``muzero.algorithms.muzero.pretraining``) trains only the representation
+    and the pretrain head (``muzero.network.ssl``: projection, predictor) to map two
+    augmented views of one replay observation close together (``muzero.network.pretrain``).
+    """
+
+    # On: this run pretrains (set by --pretrain; recorded in config.json, so resuming the
+    # log directory needs the same setting).
+    enabled: bool = False
+    # "ntxent" (SimCLR's contrastive loss, as SEED RL's MuZero pretrains) or "simsiam"
+    # (negative cosine to a stop-gradient target, symmetrised; no negatives).
+    objective: str = "ntxent"
+    # NT-Xent temperature: similarities are cosines divided by this. SimCLR's default
+    # 0.1; SEED hard-codes 1.0 (its flag for it is ignored).
+    temperature: float = 0.1
+    # NT-Xent: compare predictor(projection(view 1)) with projection(view 2) and the
+    # reverse, averaged (SEED's recipe); off: projection against projection (SimCLR).
+    # SimSiam always uses the predictor.
+    use_predictor: bool = True
+    # Images: random shift by up to this many pixels per axis (edge-padded, cropped back;
+    # DrQ / EfficientZero use 4 on 84-96 px frames; 1 suits 10x10 MinAtar frames). 0: none.
+    shift_pixels: int = 4
+    # Images: each view's frames are scaled by a factor drawn from U(1 - b, 1 + b)
+    # (SEED's range is 0.85-1.15, drawn per pixel there, per view here). 0: none.
+    brightness: float = 0.15
+    # Vector observations: standard deviation of the Gaussian noise added to each view,
+    # in the observation's own units. 0: none.
+    noise_std: float = 0.05
+
+    def __post_init__(self):
+        check_bool(self, "enabled")
+        check_choice(self, "objective", PRETRAIN_OBJECTIVES)
+        check_float(self, "temperature", 0.0, 100.0, lo_open=True)
+        check_bool(self, "use_predictor")
+        check_int(self, "shift_pixels", 0, 1024)
+        check_float(self, "brightness", 0.0, 1.0, hi_open=True)
+        check_float(self, "noise_std", 0.0, 1e6)
+
+
 @dataclasses.dataclass(frozen=True)
 class MuZeroConfig(SectionedConfig):
     """Everything a MuZero run needs, saved as ``config.json`` in the log directory."""
@@ -412,6 +458,7 @@ class MuZeroConfig(SectionedConfig):
     replay: ReplayConfig = ReplayConfig()
     network: NetworkConfig = NetworkConfig()
     training: TrainingConfig = TrainingConfig()
+    pretrain: PretrainConfig = PretrainConfig()
 
     def __post_init__(self):
         self.coerce_sections()

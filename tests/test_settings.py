@@ -35,7 +35,7 @@ def test_config_json_round_trip_keeps_the_algorithm():
 
 
 def test_sections_of_the_muzero_config():
-    assert list(sections(_muzero_cartpole().config)) == ["search", "targets", "replay", "network", "training"]
+    assert list(sections(_muzero_cartpole().config)) == ["search", "targets", "replay", "network", "training", "pretrain"]
 
 
 def test_run_level_checks_name_the_field():

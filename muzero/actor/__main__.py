@@ -132,7 +132,8 @@ def _main_muzero(data) -> None:
         envs_per_actor=FLAGS.envs_per_actor or settings.envs_per_actor, actor_id=FLAGS.actor_id,
         seed=FLAGS.seed, stack_frames=cfg.targets.stack_frames if descriptor.is_image else 1,
         segment_length=cfg.replay.segment_length, evaluation=FLAGS.evaluation,
-        max_env_steps=FLAGS.max_env_steps, client_config=_client_config())
+        max_env_steps=FLAGS.max_env_steps, client_config=_client_config(),
+        random_policy=cfg.pretrain.enabled)   # a pretraining run's actors play random legal moves
     print(f"actor {FLAGS.actor_id}: {actor.envs_per_actor} x {settings.env} -> {FLAGS.server}", flush=True)
     run_actor(actor)
 

@@ -9,6 +9,10 @@ temperature follows the *learner's* training step, read from ``learner_info``.
 Evaluation actors act greedily (temperature 0), add no root noise and push only
 episode statistics, never segments.
 
+With ``random_policy`` (pretraining runs) every move is drawn uniformly from the legal
+ones (``acting.RandomPolicy``): no inference calls, no search; segments are pushed as
+usual, with zero root values and the uniform legal policy as the policy target.
+
 The same code runs under the local launcher and as ``python -m muzero.actor``.
 Imports no TensorFlow.
 """
@@ -23,7 +27,7 @@ import numpy as np
 
 import envs
 from muzero.actor.segments import SegmentBuilder
-from muzero.algorithms.muzero.acting import SearchPolicy
+from muzero.algorithms.muzero.acting import RandomPolicy, SearchPolicy
 from muzero.config import SearchConfig
 from muzero.observation import FrameHistory
 
@@ -42,6 +46,8 @@ class ActorSettings:
     stack_frames: int = 1
     segment_length: int = 200
     evaluation: bool = False
+    # Play uniformly random legal moves instead of searching (a pretraining run's actors).
+    random_policy: bool = False
     # Stop after this many env steps (all envs together); 0 runs until stopped.
     max_env_steps: int = 0
     # Seconds between pushes of finished segments and episode statistics.
@@ -55,6 +61,26 @@ class ActorSettings:
             raise ValueError(f"envs_per_actor={self.envs_per_actor} must be >= 1")
         if self.segment_length < 1:
             raise ValueError(f"segment_length={self.segment_length} must be >= 1")
+
+
+# One push carries at most this many tensors and bytes (the server's defaults,
+# muzero.rpc.config.ServerConfig, allow 4096 and 256 MiB); more pending segments go in
+# several pushes.
+PUSH_MAX_TENSORS = 2048
+PUSH_MAX_BYTES = 64 * 2**20
+
+
+def push_chunk_length(segments: list) -> int:
+    """How many leading ``segments`` (dicts of arrays) fit in one push: at least one, then
+    as many as keep the push within PUSH_MAX_TENSORS tensors (one kept free for the
+    episode report's four) and PUSH_MAX_BYTES bytes."""
+    tensors, size = 4, 0
+    for i, segment in enumerate(segments):
+        tensors += len(segment)
+        size += sum(np.asarray(v).nbytes for v in segment.values() if v is not None)
+        if i and (tensors > PUSH_MAX_TENSORS or size > PUSH_MAX_BYTES):
+            return i
+    return len(segments)
 
 
 def episode_report(returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -> dict:
@@ -81,8 +107,11 @@ class Actor:
                         if d.is_image else None)
         self.builder = SegmentBuilder(s.envs_per_actor, d.observation_shape, np.dtype(d.observation_dtype),
                                       d.num_actions, s.segment_length, d.has_legal_mask)
-        self.policy = SearchPolicy(s.search, s.envs_per_actor, d.num_actions, self.rng,
-                                   evaluation=s.evaluation, in_tree_masks=d.has_legal_mask and d.two_player)
+        if s.random_policy:
+            self.policy = RandomPolicy(d.num_actions, self.rng)
+        else:
+            self.policy = SearchPolicy(s.search, s.envs_per_actor, d.num_actions, self.rng,
+                                       evaluation=s.evaluation, in_tree_masks=d.has_legal_mask and d.two_player)
         self.stop_event = threading.Event()
         self.env_steps = 0
         self.training_step = 0
@@ -95,7 +124,10 @@ class Actor:
         return self.history.network_input() if self.history is not None else step.observation
 
     def act(self, step):
-        """One search over the E roots of ``step``; returns (actions [E], SearchResult)."""
+        """One search over the E roots of ``step``; returns (actions [E], SearchResult).
+        With ``random_policy``: uniform legal moves, (actions [E], RandomResult)."""
+        if self.settings.random_policy:
+            return self.policy.act(step.legal_mask)
         root = self.client.initial_inference(self._network_input(step))
         return self.policy.act(root["value"], root["policy_logits"], step.legal_mask, step.to_play,
                                self.client.recurrent_fn, training_step=self.training_step,
@@ -104,7 +136,9 @@ class Actor:
     def _push(self, retry_for_s: float = 0.0) -> bool:
         """Sends pending segments and episode statistics; True when delivered (or nothing to send).
 
-        RESOURCE_EXHAUSTED (the learner's rate limiter: nothing was stored) and transient
+        Items go in chunks (``push_chunk_length``) so that no message outgrows the server's
+        limits however many segments piled up. RESOURCE_EXHAUSTED (the learner's rate
+        limiter: nothing of that chunk was stored) and transient
         errors keep the items for the next attempt, retried here for up to ``retry_for_s``;
         a push the learner rejects as malformed is logged and dropped, never fatal.
         """
@@ -112,8 +146,12 @@ class Actor:
         from muzero.rpc.client import ServerError
         deadline = time.monotonic() + retry_for_s
         while self._pending or self._returns:
-            items = list(self._pending)
-            if self._returns:
+            # A random-policy actor's pushes mostly wait on the replay's rate limiter; its
+            # episode statistics go alone first (a push without segments never waits).
+            count = 0 if self._returns and self.settings.random_policy else push_chunk_length(self._pending)
+            items = self._pending[:count]
+            last = count == len(self._pending) or count == 0   # episode statistics: with the last chunk
+            if last and self._returns:
                 items.append(episode_report(np.concatenate(self._returns), np.concatenate(self._lengths),
                                             self.settings.evaluation))
             try:
@@ -129,7 +167,9 @@ class Actor:
                     continue
                 else:
                     raise
-            self._pending, self._returns, self._lengths = [], [], []
+            self._pending = self._pending[count:]
+            if last:
+                self._returns, self._lengths = [], []
         return True
 
     def run(self) -> None:
@@ -163,14 +203,20 @@ class Actor:
             step = nxt
             now = time.monotonic()
             if now - last_push >= s.push_every_s:
-                self._push()
+                # A random-policy actor outruns any learner: it waits until its segments are
+                # stored (the replay's rate limiter paces it) instead of piling them up.
+                while not self._push(retry_for_s=1.0 if s.random_policy else 0.0) and s.random_policy \
+                        and not self.stop_event.is_set():
+                    pass
                 last_push = now
             if now - last_info >= s.info_every_s:
                 self.training_step = int(self.client.learner_info().get("training_step", self.training_step))
                 last_info = now
             if s.max_env_steps and self.env_steps >= s.max_env_steps:
                 break
-        if not s.evaluation:
+        if s.random_policy:
+            self._pending = []   # random data is plentiful: only the episode statistics are delivered
+        elif not s.evaluation:
             self._pending += self.builder.flush()
         if not self._push(retry_for_s=5.0):
             self.log(f"actor {s.actor_id}: could not deliver the last {len(self._pending)} segments at shutdown")

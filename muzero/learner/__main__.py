@@ -15,6 +15,8 @@ Examples:
   python -m muzero.learner --env=cartpole --set=training.learning_rate=0.001 --set=search.num_simulations=50
   python -m muzero.learner --env=cartpole --logdir=runs/ft --init_checkpoint=runs/cartpole \\
       --trainable_parts=dynamics,prediction
+  python -m muzero.learner --env=cartpole --pretrain --max_train_steps=2000 --logdir=runs/pre
+  python -m muzero.learner --env=cartpole --init_checkpoint=runs/pre --logdir=runs/ft
 """
 from __future__ import annotations
 
@@ -64,6 +66,10 @@ flags.DEFINE_string("tls_key_file", None, "PEM private key for TLS.")
 flags.DEFINE_string("auth_token_file", None, "File holding the shared token clients must send.")
 flags.DEFINE_string("init_checkpoint", None, "Initialise network weights from this checkpoint (a ckpt-<step> "
                     "directory or a run's logdir) when --logdir holds none: fine-tuning after pretraining.")
+flags.DEFINE_boolean("pretrain", None, "MuZero: self-supervised pretraining run (pretrain.enabled): actors play "
+                     "uniformly random legal moves, the learner trains only the representation and the pretrain "
+                     "head on two augmented views of replay observations (pretrain.objective ntxent or simsiam); "
+                     "no export at the end. Fine-tune with --init_checkpoint=<its logdir>. docs/PRETRAINING.md.")
 flags.DEFINE_list("trainable_parts", None, "MuZero: train only these parts: representation, dynamics, "
                   "prediction (default all).")
 flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/step-<N> at the end.")
@@ -159,7 +165,7 @@ def build_settings():
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
     changes: dict = {}
     shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),
-                 ("learning_rate", "training", "learning_rate"))
+                 ("learning_rate", "training", "learning_rate"), ("pretrain", "pretrain", "enabled"))
     for flag, section, field in shortcuts:
         if getattr(FLAGS, flag) is not None:
             if not hasattr(settings.config, section) or not hasattr(getattr(settings.config, section), field):

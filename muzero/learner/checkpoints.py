@@ -7,7 +7,11 @@ temporary name (``.tmp-ckpt-<step>-...``): the learner's ``save(directory)`` fil
 names the newest one (replaced atomically). A crash mid-write leaves the previous
 checkpoint intact; only the newest ``KEEP_CHECKPOINTS`` are kept.
 
-Imports only the standard library.
+``restore_parts`` is fine-tuning's partial restore (``--init_checkpoint``): it loads,
+variable by variable, whatever a ``tf.train.Checkpoint`` holds of a network's parts and
+reports what was restored, skipped and left new.
+
+Imports only the standard library (``restore_parts`` imports TensorFlow when called).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import json
 import os
 import shutil
 import time
+import dataclasses
 from typing import Callable, Optional
 
 CHECKPOINTS = "checkpoints"
@@ -147,3 +152,116 @@ def read_state(ckpt_dir: str) -> dict:
     if not isinstance(state, dict):
         raise ValueError(f"{ckpt_dir}/{STATE} is not a JSON object")
     return state
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreSummary:
+    """What ``restore_parts`` did. Each field maps a part name to the variable names
+    (paths below the part, e.g. ``torso/layers/0/w``) in that state:
+
+    restored: in the checkpoint and in the network (values loaded);
+    skipped:  in the checkpoint, not in the network (ignored);
+    new:      in the network, not in the checkpoint (kept as initialised).
+    """
+
+    source: str
+    restored: dict
+    skipped: dict
+    new: dict
+
+    @staticmethod
+    def _counts(group: dict) -> str:
+        total = sum(len(v) for v in group.values())
+        if not total:
+            return "none"
+        return ", ".join(f"{part} {len(names)}" for part, names in group.items() if names) + f" ({total} variables)"
+
+    def lines(self) -> list:
+        """A compact report: one count line per state, then the names by part."""
+        out = [f"restored: {self._counts(self.restored)}",
+               f"skipped (in the checkpoint, not in this network): {self._counts(self.skipped)}",
+               f"new (in this network, not in the checkpoint; initialised from the seed): {self._counts(self.new)}"]
+        for label, group in (("restored", self.restored), ("skipped", self.skipped), ("new", self.new)):
+            for part, names in group.items():
+                if names:
+                    out.append(f"  {label} {part}: {', '.join(names)}")
+        return out
+
+
+def variable_paths(module) -> dict:
+    """{path: tf.Variable} of a ``tf.Module``'s variables, paths as a tf.train.Checkpoint
+    names them below the module (attribute names and list indices joined by '/')."""
+    import tensorflow as tf
+    paths = {}
+    for path, variable in module._flatten(predicate=lambda v: isinstance(v, tf.Variable), with_path=True):
+        name = "/".join(str(p) for p in path)
+        if all(v is not variable for v in paths.values()):
+            paths[name] = variable
+    return paths
+
+
+def checkpoint_variable_keys(reader, root: str) -> dict:
+    """{path below ``root``: tensor key} of every variable a ``tf.train.Checkpoint`` holds
+    under its child ``root``, read from the checkpoint's object graph. (A variable is
+    stored once, under the first path that reaches it -- often the optimiser's list of
+    variables -- so keys cannot be read off the names; the graph gives every path.)"""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    start = [c.node_id for c in graph.nodes[0].children if c.local_name == root]
+    keys, stack, seen = {}, [(node, "") for node in start], set()
+    while stack:
+        node_id, path_name = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        node = graph.nodes[node_id]
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE" and path_name:
+                keys[path_name] = attribute.checkpoint_key
+        for child in node.children:
+            stack.append((child.node_id, f"{path_name}/{child.local_name}" if path_name else child.local_name))
+    return keys
+
+
+def restore_parts(path: str, parts: dict, root: str = "network", subdir: str = "model") -> RestoreSummary:
+    """Loads the variables of ``parts`` ({part name: tf.Module or None}) that a checkpoint
+    holds under ``<root>/<part>/...`` into the network; nothing else (no optimiser, no step).
+
+    ``path`` is a ckpt-<step> directory, a checkpoints directory or a run's logdir; its
+    ``<subdir>`` is the ``tf.train.Checkpoint`` prefix. Every shape is checked before any
+    value is assigned: a mismatch raises ValueError naming the variable and both shapes,
+    and leaves the network unchanged. FileNotFoundError when no checkpoint is there.
+    """
+    import tensorflow as tf
+    ckpt_dir = resolve_checkpoint(path)
+    if ckpt_dir is None:
+        raise FileNotFoundError(f"--init_checkpoint={path!r}: no checkpoint found there "
+                                f"(expected a ckpt-<step> directory or a logdir with {CHECKPOINTS}/{LATEST})")
+    reader = tf.train.load_checkpoint(os.path.join(ckpt_dir, subdir))
+    keys = checkpoint_variable_keys(reader, root)   # "part/name" -> checkpoint key
+    stored: dict = {}    # part -> {name: shape}
+    shapes = reader.get_variable_to_shape_map()
+    for path_name, key in keys.items():
+        part, _, name = path_name.partition("/")
+        stored.setdefault(part, {})[name] = tuple(shapes[key])
+    mine = {part: variable_paths(module) for part, module in parts.items() if module is not None}
+    restored, skipped, new, assignments = {}, {}, {}, []
+    for part in list(mine) + [p for p in stored if p not in mine]:
+        have, saved = mine.get(part, {}), stored.get(part, {})
+        restored[part] = [n for n in have if n in saved]
+        new[part] = [n for n in have if n not in saved]
+        skipped[part] = sorted(n for n in saved if n not in have)
+        for name in restored[part]:
+            variable = have[name]
+            if tuple(variable.shape) != saved[name]:
+                raise ValueError(f"--init_checkpoint={ckpt_dir}: {root}/{part}/{name} has shape "
+                                 f"{list(saved[name])} in the checkpoint but {list(variable.shape)} in this "
+                                 "network (a different network config)")
+            assignments.append((variable, keys[f"{part}/{name}"]))
+    if not assignments:
+        raise ValueError(f"--init_checkpoint={ckpt_dir}: none of this network's variables are in it (its "
+                         f"{root} holds parts {sorted(stored) or 'none'}; this network has {sorted(mine)})")
+    for variable, key in assignments:
+        variable.assign(reader.get_tensor(key))
+    return RestoreSummary(ckpt_dir, restored, skipped, new)

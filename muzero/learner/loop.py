@@ -122,7 +122,10 @@ class Run:
         mine = self.settings.to_dict()
         keys = [("algo", previous.get("algo", "muzero"), mine["algo"]), ("env", previous.get("env"), mine["env"]),
                 ("env_options", previous.get("env_options", {}), mine["env_options"]),
-                ("config.network", (previous.get("config") or {}).get("network"), mine["config"].get("network"))]
+                ("config.network", (previous.get("config") or {}).get("network"), mine["config"].get("network")),
+                # A pretraining run's checkpoints hold no dynamics or prediction (MuZero --pretrain).
+                ("config.pretrain.enabled", ((previous.get("config") or {}).get("pretrain") or {}).get("enabled", False),
+                 (mine["config"].get("pretrain") or {}).get("enabled", False))]
         for name, old, new in keys:
             if old != new:
                 raise ConfigError(f"--logdir={self.logdir} holds a run with {name}={json.dumps(old)}; this run has "
@@ -172,7 +175,9 @@ class Run:
                      + (f", {extra}" if extra else "") + f", {format_duration(self.elapsed_before)} run before")
         elif self.init_checkpoint:
             src = self.learner.init_from(self.init_checkpoint)
-            self.log(f"initialised network weights from {src}")
+            summary = getattr(self.learner, "init_summary", None)   # restored / skipped / new (MuZero)
+            self.log(f"initialised network weights from {src}"
+                     + "".join(f"\n  {line}" for line in (summary.lines() if summary else [])))
         self.server = BatchingServer(self.server_config)
         self.service = self.builder.make_service(s, self.descriptor, self.learner, self.context,
                                                  self.server_config)
@@ -397,7 +402,9 @@ class Run:
                 except Exception as e:  # keep shutting down: a full disk must not hang the exit
                     self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
                 self._log_signal_notes()
-                if self.export:
+                if self.export and getattr(self.learner, "no_export_reason", None):
+                    self.log(f"no SavedModel export: {self.learner.no_export_reason}")
+                elif self.export:
                     try:
                         path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
                         self.learner.export(path)

@@ -10,10 +10,14 @@ Where the network answers is the caller's business: ``recurrent_fn(parent_node [
 action [E], new_node [E]) -> (reward [E], value [E], policy_logits [E, A])`` may be an
 RPC to the learner's latent cache or a local SavedModel.
 
+``RandomPolicy`` is the acting policy of a pretraining run (``PretrainConfig``): moves
+drawn uniformly from the legal ones, no search and no network.
+
 Imports no TensorFlow.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
 import numpy as np
@@ -94,3 +98,34 @@ class SearchPolicy:
             late = move_index >= c.greedy_after_moves
             actions[late] = np.argmax(result.visit_counts[late], axis=1)
         return actions, result
+
+
+@dataclasses.dataclass
+class RandomResult:
+    """What a segment records of a random move: root_value [E] (zeros: nothing was
+    searched) and policy_target [E, A] (the behaviour policy, uniform over legal moves)."""
+
+    root_value: np.ndarray
+    policy_target: np.ndarray
+
+
+class RandomPolicy:
+    """Uniformly random legal moves for E envs (the actors of a pretraining run).
+
+    ``act(legal_mask [E, A] bool) -> (actions [E] int64, RandomResult)``. A row with no
+    legal action (never produced by the envs) is treated as all legal. Draws come from
+    ``rng`` only, so an actor's moves are a function of its seed.
+    """
+
+    def __init__(self, num_actions: int, rng: np.random.Generator):
+        self.num_actions = int(num_actions)
+        self.rng = rng
+
+    def act(self, legal_mask: np.ndarray) -> tuple:
+        legal = np.asarray(legal_mask, bool).reshape(-1, self.num_actions)
+        legal = np.where(legal.any(axis=1, keepdims=True), legal, True)
+        # The argmax of i.i.d. uniform draws over the legal entries is uniform among them.
+        draws = np.where(legal, self.rng.random(legal.shape), -1.0)
+        actions = np.argmax(draws, axis=1).astype(np.int64)
+        policy = legal / legal.sum(axis=1, keepdims=True)
+        return actions, RandomResult(np.zeros(len(legal), np.float32), policy.astype(np.float32))

@@ -1,6 +1,8 @@
 """MuZero's parts for the run loop: learner (trainer + replay), latent-cache service, search actors."""
 from __future__ import annotations
 
+import dataclasses
+
 from muzero import core
 from muzero.algorithms.muzero import defaults
 from muzero.config import ConfigError, MuZeroConfig
@@ -16,7 +18,15 @@ class MuZeroBuilder(core.Builder):
         return defaults.run_defaults(env)
 
     def fit_to_env(self, settings, descriptor, changes: dict) -> tuple:
-        return defaults.fit_run_defaults(settings, descriptor, changes)
+        settings, notes = defaults.fit_run_defaults(settings, descriptor, changes)
+        pretrain = changes.get("pretrain", {}).get("enabled", settings.config.pretrain.enabled)
+        if pretrain and settings.num_eval_actors:
+            # Random moves need no evaluation, and a random actor that pushes no segments is
+            # never paced by the replay: it would take a core from the learner.
+            settings = dataclasses.replace(settings, num_eval_actors=0)
+            notes.append("num_eval_actors=0: a pretraining run's actors play random moves; the training "
+                         "return is the random policy's")
+        return settings, notes
 
     def check_settings(self, settings) -> None:
         devices = getattr(settings, "learner_devices", 1)
@@ -24,8 +34,14 @@ class MuZeroBuilder(core.Builder):
         if devices > 1 and batch % devices:
             raise ConfigError(f"training.batch_size={batch} does not split evenly over --learner_devices={devices}: "
                               f"use a batch size that is a multiple of {devices}")
+        if devices > 1 and settings.config.pretrain.enabled:
+            raise ConfigError(f"--learner_devices={devices} does not apply to --pretrain (pretraining trains on one "
+                              "device): drop the flag")
 
     def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
+        if settings.config.pretrain.enabled:   # --pretrain: representation only (pretraining.py)
+            from muzero.algorithms.muzero.pretraining import PretrainLearner
+            return PretrainLearner(settings, descriptor, context, trainable_parts=trainable_parts)
         from muzero.algorithms.muzero.learning import MuZeroLearner
         return MuZeroLearner(settings, descriptor, context, trainable_parts=trainable_parts)
 
@@ -57,7 +73,8 @@ class MuZeroBuilder(core.Builder):
             envs_per_actor=settings.eval_envs_per_actor if evaluation else settings.envs_per_actor,
             actor_id=index, seed=settings.seed + 7919 * (training_step + 1), evaluation=evaluation,
             stack_frames=cfg.targets.stack_frames if is_image else 1,
-            segment_length=cfg.replay.segment_length, client_config=client_config),)
+            segment_length=cfg.replay.segment_length, client_config=client_config,
+            random_policy=cfg.pretrain.enabled),)
 
 
 BUILDER = MuZeroBuilder()

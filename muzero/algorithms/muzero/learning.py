@@ -249,7 +249,11 @@ class MuZeroLearner(core.Learner):
             self.segments = int(state.get("segments", 0))
 
     def init_from(self, path: str) -> str:
-        return self.trainer.init_from(path)
+        """Fine-tuning: restores the parts the checkpoint holds; ``init_summary`` says which
+        variables were restored, skipped and left new (the run loop prints it)."""
+        from muzero.algorithms.muzero.pretraining import init_network_from
+        self.init_summary = init_network_from(self.trainer, path)
+        return self.init_summary.source
 
     def export(self, directory: str) -> None:
         from muzero.eval.evaluator import write_run
