@@ -327,6 +327,17 @@ class NetworkConfig:
     # Heads: hidden width of value / reward / policy MLPs.
     head_hidden_size: int = 64
     jit_compile: bool = False
+    # Layer skipping (Trax's SkippingSerial) of the residual torso blocks of the
+    # representation and dynamics (conv_num_blocks of each; image and board envs only,
+    # the MLP torso has no residual blocks and is refused). Each training step draws one
+    # n ~ Uniform(low, high), high = conv_num_blocks / skip_fraction, and block i (0-based)
+    # runs only when i < n: after warm-up block i is skipped with probability
+    # i * skip_fraction / conv_num_blocks (the first never). Every block runs outside
+    # training (inference, evaluation, bootstrap values, exports). 0 turns it off.
+    skip_fraction: float = 0.0
+    # low = warmup * conv_num_blocks, warmup falling linearly from 1 at training step 0 to
+    # 0 at this step: no block is skipped at the start. 0: full skipping from step 0.
+    skip_warmup_steps: int = 0
     # Projection / predictor heads of the self-supervised losses (muzero.network.ssl;
     # the consistency loss and pretraining). EfficientZero (Atari): 1024 / 1024 / 512;
     # CPU-sized here. Built only when a loss uses them.
@@ -351,6 +362,11 @@ class NetworkConfig:
         check_bool(self, "conv_downsample")
         check_bool(self, "jit_compile")
         check_int(self, "head_hidden_size", 1)
+        check_float(self, "skip_fraction", 0.0, 1.0)
+        check_int(self, "skip_warmup_steps", 0)
+        if self.skip_fraction > 0 and self.conv_num_blocks < 1:
+            _fail("NetworkConfig", "skip_fraction", self.skip_fraction,
+                  "layer skipping needs conv_num_blocks >= 1 (set skip_fraction=0)")
         check_int(self, "projection_hidden", 1, 65_536)
         check_int(self, "projection_size", 1, 65_536)
         check_int(self, "predictor_hidden", 1, 65_536)
@@ -384,9 +400,17 @@ class TrainingConfig:
     # Board games with registered symmetries (envs.board_symmetries; tic-tac-toe's 8):
     # each sampled position is trained under one random symmetry (muzero/replay/augment.py).
     augment_symmetries: bool = False
+    # EfficientZero's temporal consistency loss (its weight there: 2): for k = 1..K, the
+    # negative cosine between predictor(projection(dynamics' hidden state at k)) and
+    # stop_gradient(projection(representation(observation at t+k))), masked past the
+    # stored episode end and scaled like the other recurrent terms. Needs the next K
+    # observations in every batch (the replay gathers them only when this is > 0) and
+    # builds the network's pretrain_head (NetworkConfig.projection_*). 0 turns it off.
+    consistency_loss_weight: float = 0.0
 
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
+        check_float(self, "consistency_loss_weight", 0.0, 1e6)
         check_bool(self, "augment_symmetries")
         check_choice(self, "optimizer", ("adam", "sgd"))
         check_float(self, "momentum", 0.0, 1.0, hi_open=True)

@@ -20,10 +20,13 @@ so sum_r grad(L_r / R) = grad(L): the same gradient as one device on the whole b
 Seeds, in the spirit of Trax's host/device initialisation: ``host_seed(seed, h)`` folds a
 host index into the run seed for the host's data randomness (replay sampling,
 augmentation); host 0 gets ``seed`` itself, so a single-host run is unchanged. The
-replicas need no seeds of their own: the MuZero train step draws no random numbers (a
-step that did would have to draw the same numbers on every replica, since all copies take
-one update), and the network's initial weights are a function of the run seed alone
-(every host and replica starts from the same weights). Today there is one learner host,
+replicas need no seeds of their own: the MuZero train step draws no random numbers inside
+the graph (all copies take one update, so any draw must be the same on every replica).
+The one random number of a step, layer skipping's ``n_forward``
+(``NetworkConfig.skip_fraction``), is drawn on the host from (run seed, training step) by
+``muzero.network.networks.draw_n_forward`` and handed to every replica as the same scalar
+tensor. The network's initial weights are a function of the run seed alone (every host
+and replica starts from the same weights). Today there is one learner host,
 index 0.
 
 Imports NumPy and ``muzero.config`` at import time, TensorFlow inside the functions.

@@ -18,6 +18,17 @@ targets (values and rewards two-hot encoded over their supports):
   ``hidden_gradient_scale`` (paper: 0.5).
 * New priorities are |value(position 0) - target_value[:, 0]| per sample (unclipped;
   the replay applies its own floor).
+* Temporal consistency (EfficientZero; ``consistency_loss_weight`` w_c > 0): with s_k the
+  hidden state the dynamics predicts at step k and o_{t+k} the real observation there
+  (``batch["next_observation"]``), c_k = -cos(predict(project(s_k)),
+  stop_gradient(project(representation(o_{t+k})))) for k = 1..K, masked by
+  ``policy_mask[:, k]`` (the observation exists) and scaled like the recurrent terms;
+  ``loss_b`` gains w_c * sum_k scale_k m_k c_k. The projection and predictor are the
+  network's ``pretrain_head`` (``muzero.network.ssl``); the target representation runs
+  every block (no layer skipping) and receives no gradient.
+* Weight decay covers the trained variables except the ``pretrain_head``'s.
+* Layer skipping: ``n_forward`` (a float scalar tensor, ``networks.draw_n_forward``) is
+  passed to every ``initial`` / ``recurrent`` call of the unroll.
 
 ``make_train_step`` wraps this with a ``tf.GradientTape``, optional global-norm gradient
 clipping and the optimiser update, as one ``tf.function``. ``make_distributed_train_step``
@@ -40,6 +51,7 @@ from muzero.network.support import tf_logits_to_scalar, tf_scalar_to_two_hot
 
 BATCH_KEYS = ("observation", "actions", "target_value", "target_reward", "target_policy",
               "value_mask", "reward_mask", "policy_mask", "importance_weight")
+NEXT_OBSERVATION = "next_observation"     # [B, K, *input_shape], only for the consistency loss
 
 
 def scale_gradient(x: tf.Tensor, scale: float) -> tf.Tensor:
@@ -68,26 +80,67 @@ def _step_scales(mask: tf.Tensor, num_unroll: int, mode: str) -> tf.Tensor:
     return tf.concat([first, rest], axis=1)
 
 
+def decayed_variables(network, variables: Optional[Sequence[tf.Variable]] = None) -> list:
+    """The variables weight decay covers: ``variables`` (default: all of the network's
+    trainable ones) less the ``pretrain_head``'s."""
+    variables = list(network.trainable_variables if variables is None else variables)
+    head = getattr(network, "pretrain_head", None)
+    if head is None:
+        return variables
+    skip = {v.ref() for v in head.trainable_variables}
+    return [v for v in variables if v.ref() not in skip]
+
+
+def consistency_terms(network, predicted_hidden: Sequence[tf.Tensor],
+                      next_observation: tf.Tensor) -> tf.Tensor:
+    """Per-step negative cosines c [B, K] of the temporal consistency loss (unmasked).
+
+    predicted_hidden: K tensors [B, *hidden_shape], the dynamics' hidden states at k = 1..K.
+    next_observation: [B, K, *input_shape], the real observations at t+1..t+K.
+    """
+    from muzero.network.ssl import negative_cosine
+    head = network.pretrain_head
+    num_unroll = len(predicted_hidden)
+    obs_shape = next_observation.shape[2:]
+    flat_obs = tf.reshape(next_observation, tf.concat([[-1], tf.shape(next_observation)[2:]], 0))
+    flat_obs.set_shape([None, *obs_shape])
+    target = head.target(tf.stop_gradient(network.representation(flat_obs)))    # [B*K, P], b-major
+    predicted = tf.stack(list(predicted_hidden), axis=1)                         # [B, K, ...]
+    flat_pred = tf.reshape(predicted, tf.concat([[-1], tf.shape(predicted)[2:]], 0))
+    flat_pred.set_shape([None, *predicted.shape[2:]])
+    online = head.online(flat_pred)                                             # [B*K, P]
+    return tf.reshape(negative_cosine(online, target), [-1, num_unroll])
+
+
 def compute_loss(network, batch: dict, training_config: TrainingConfig,
-                 weight_decay_variables: Optional[Sequence[tf.Variable]] = None):
+                 weight_decay_variables: Optional[Sequence[tf.Variable]] = None,
+                 n_forward: Optional[tf.Tensor] = None):
     """K-step MuZero loss.
 
     Args:
-      network: a ``MuZeroNetwork``.
+      network: a ``MuZeroNetwork`` (with a ``pretrain_head`` when the consistency loss is on).
       batch: the replay's batch: observation [B, *input_shape], actions [B, K] int,
         target_value / target_reward [B, K+1] f32, target_policy [B, K+1, A] f32,
         value_mask / reward_mask / policy_mask [B, K+1] f32, importance_weight [B] f32
-        (``index`` [B] may be present and is ignored).
+        (``index`` [B] may be present and is ignored); with
+        ``consistency_loss_weight > 0`` also next_observation [B, K, *input_shape].
       training_config: loss weights, scalings and weight decay.
-      weight_decay_variables: variables the L2 penalty covers (default: all trainable).
+      weight_decay_variables: variables the L2 penalty covers (default: all trainable);
+        the ``pretrain_head``'s are always left out.
+      n_forward: None, or the layer-skipping draw (float scalar tensor).
 
     Returns:
       (total_loss scalar, metrics dict name -> scalar, new_priorities [B] f32).
     """
-    missing = [k for k in BATCH_KEYS if k not in batch]
-    if missing:
-        raise KeyError(f"batch lacks {missing}; expected keys {list(BATCH_KEYS)}")
     cfg = training_config
+    consistency = cfg.consistency_loss_weight > 0
+    missing = [k for k in BATCH_KEYS + ((NEXT_OBSERVATION,) if consistency else ()) if k not in batch]
+    if missing:
+        raise KeyError(f"batch lacks {missing}; expected keys {list(BATCH_KEYS)}"
+                       + (f" and '{NEXT_OBSERVATION}' (consistency_loss_weight > 0)" if consistency else ""))
+    if consistency and getattr(network, "pretrain_head", None) is None:
+        raise ValueError("consistency_loss_weight > 0 needs the network's pretrain_head: build it with "
+                         "make_network(..., with_ssl_head=True)")
     observation = batch["observation"]
     actions = tf.cast(batch["actions"], tf.int32)                        # [B, K]
     num_unroll = actions.shape[1]
@@ -111,18 +164,21 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
     weight = tf.cast(batch["importance_weight"], tf.float32)             # [B]
 
     # Unroll: 1 initial + K recurrent steps.
-    out = network.initial(observation)
+    skip = {} if n_forward is None else {"n_forward": n_forward}
+    out = network.initial(observation, **skip)
     value_logits = [out["value_logits"]]
     policy_logits = [out["policy_logits"]]
     reward_logits = []
+    predicted_hidden = []
     hidden = out["hidden_state"]
     for k in range(num_unroll):
         hidden = scale_gradient(hidden, cfg.hidden_gradient_scale)
-        out_k = network.recurrent(hidden, actions[:, k])
+        out_k = network.recurrent(hidden, actions[:, k], **skip)
         value_logits.append(out_k["value_logits"])
         policy_logits.append(out_k["policy_logits"])
         reward_logits.append(out_k["reward_logits"])
         hidden = out_k["hidden_state"]
+        predicted_hidden.append(hidden)
     value_logits = tf.stack(value_logits, axis=1)                       # [B, K+1, V]
     policy_logits = tf.stack(policy_logits, axis=1)                     # [B, K+1, A]
 
@@ -146,10 +202,19 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
                                 * policy_mask * policy_ce, axis=1)
     per_sample = (cfg.value_loss_weight * value_loss + cfg.reward_loss_weight * reward_loss
                   + cfg.policy_loss_weight * policy_loss)
+    if consistency and num_unroll > 0:
+        # The observation at t+k exists exactly where the policy target does.
+        step_mask = tf.concat([tf.zeros_like(policy_mask[:, :1]), policy_mask[:, 1:]], axis=1)
+        terms = consistency_terms(network, predicted_hidden, batch[NEXT_OBSERVATION])  # [B, K]
+        terms = tf.where(step_mask[:, 1:] > 0, terms, 0.0)
+        consistency_loss = tf.reduce_sum(_step_scales(step_mask, num_unroll, mode)[:, 1:]
+                                         * step_mask[:, 1:] * terms, axis=1)   # [B]
+        per_sample = per_sample + cfg.consistency_loss_weight * consistency_loss
+    elif consistency:
+        consistency_loss = tf.zeros_like(value_loss)
     loss = tf.reduce_mean(weight * per_sample)
 
-    variables = (network.trainable_variables if weight_decay_variables is None
-                 else weight_decay_variables)
+    variables = decayed_variables(network, weight_decay_variables)
     if cfg.weight_decay > 0 and variables:
         decay = cfg.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in variables])
     else:
@@ -177,12 +242,16 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
         "target/reward": masked_mean(target_reward, reward_mask),
         "priority/mean": tf.reduce_mean(priorities),
     }
+    if consistency:
+        metrics["loss/consistency"] = tf.reduce_mean(weight * consistency_loss)
     return total, metrics, priorities
 
 
 def make_train_step(network, optimizer, training_config: TrainingConfig,
                     variables: Optional[Sequence[tf.Variable]] = None):
-    """A ``tf.function(batch) -> (total_loss, metrics, new_priorities)`` doing one SGD step.
+    """A ``tf.function(batch, n_forward=None) -> (total_loss, metrics, new_priorities)``
+    doing one SGD step (``n_forward``: the layer-skipping draw as a float32 scalar tensor,
+    so that new values do not retrace; None runs every block).
 
     ``variables`` are the ones trained and weight-decayed (default: all of the network's;
     pass ``network.variables_of(["dynamics", "prediction"])`` to freeze the rest). With
@@ -197,10 +266,11 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
     clip = float(training_config.gradient_clip_norm)
 
     @tf.function
-    def train_step(batch):
+    def train_step(batch, n_forward=None):
         with tf.GradientTape() as tape:
             total, metrics, priorities = compute_loss(network, batch, training_config,
-                                                      weight_decay_variables=variables)
+                                                      weight_decay_variables=variables,
+                                                      n_forward=n_forward)
         grads = tape.gradient(total, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         grad_norm = tf.linalg.global_norm(grads)
@@ -227,8 +297,10 @@ def _masked_mean_counts(batch: dict) -> dict:
 def make_distributed_train_step(strategy, network, optimizer, training_config: TrainingConfig,
                                 variables: Optional[Sequence[tf.Variable]] = None):
     """``make_train_step`` data-parallel over the R replicas of a ``tf.distribute`` strategy:
-    a callable ``train_step(batch) -> (total_loss, metrics, new_priorities)`` with the same
-    contract and, up to float rounding, the same numbers.
+    a callable ``train_step(batch, n_forward=None) -> (total_loss, metrics, new_priorities)``
+    with the same contract and, up to float rounding, the same numbers. ``n_forward`` (the
+    layer-skipping draw, one scalar) is given unchanged to every replica, so all replicas
+    skip the same blocks.
 
     ``network``, ``optimizer`` (built on ``variables``) and ``variables`` must have been
     created under ``strategy.scope()``. ``batch`` holds arrays of B samples (NumPy or eager
@@ -258,10 +330,11 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
     devices = list(strategy.extended.worker_devices)
     sum_op, mean_op = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 
-    def replica_step(batch):
+    def replica_step(batch, n_forward=None):
         with tf.GradientTape() as tape:
             total, metrics, priorities = compute_loss(network, batch, training_config,
-                                                      weight_decay_variables=variables)
+                                                      weight_decay_variables=variables,
+                                                      n_forward=n_forward)
             scaled = total / replicas
         grads = tape.gradient(scaled, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
@@ -270,8 +343,9 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
         return total, metrics, counts, priorities, grads
 
     @tf.function
-    def step(batch):
-        total, metrics, counts, priorities, grads = strategy.run(replica_step, args=(batch,))
+    def step(batch, n_forward=None):
+        args = (batch,) if n_forward is None else (batch, n_forward)
+        total, metrics, counts, priorities, grads = strategy.run(replica_step, args=args)
         with tf.device(devices[0]):
             grads = [strategy.reduce(sum_op, g, axis=None) for g in grads]
             grad_norm = tf.linalg.global_norm(grads)
@@ -290,7 +364,7 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
         priorities = tf.concat(strategy.experimental_local_results(priorities), axis=0)
         return strategy.reduce(mean_op, total, axis=None), out, priorities
 
-    def train_step(batch: dict):
+    def train_step(batch: dict, n_forward=None):
         size = len(batch["observation"])
         if size % replicas:
             raise ValueError(f"a batch of {size} samples does not split evenly over {replicas} replicas: "
@@ -302,6 +376,7 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
             with tf.device(devices[r]):
                 return {k: tf.identity(v[r * per_replica:(r + 1) * per_replica]) for k, v in batch.items()}
 
-        return step(strategy.experimental_distribute_values_from_function(replica_slice))
+        values = strategy.experimental_distribute_values_from_function(replica_slice)
+        return step(values) if n_forward is None else step(values, tf.convert_to_tensor(n_forward, tf.float32))
 
     return train_step

@@ -28,6 +28,12 @@ is built ``with_ssl_head``) -- so a run can train, freeze or restore each part
 (``variables_by_part()``, or ``tf.train.Checkpoint(representation=net.representation)``).
 The pretrain head is a training aid: inference never uses it and exports leave it out.
 
+Layer skipping (``NetworkConfig.skip_fraction``, Trax's SkippingSerial): in training the
+residual torso blocks of the representation and the dynamics (``conv_num_blocks`` each)
+take one drawn ``n_forward`` (``draw_n_forward``); block i runs when i < n_forward and is
+the identity otherwise. ``initial`` / ``recurrent`` take it as an optional scalar tensor;
+without it (inference, evaluation, bootstrap values, exports) every block runs.
+
 Imports TensorFlow, NumPy, ``muzero.config``, ``muzero.observation`` and ``envs.base``
 only; never the search, replay or RPC code.
 """
@@ -40,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import NetworkConfig
+from muzero.config import ConfigError, NetworkConfig
 from muzero.network import layers
 from muzero.network.ssl import SSLHead
 from muzero.network.support import tf_logits_to_scalar
@@ -49,6 +55,50 @@ from muzero.observation import network_input_shape
 PARTS = ("representation", "dynamics", "prediction")
 OUTPUT_KEYS = ("value", "reward", "policy_logits", "value_logits", "reward_logits",
                "hidden_state")
+
+
+# ------------------------------------------------------------------ layer skipping
+
+_SKIP_SALT = 0x5C1F
+
+
+def skip_bounds(step: int, num_blocks: int, skip_fraction: float,
+                warmup_steps: int) -> tuple:
+    """(low, high) of the n_forward draw at training step ``step``.
+
+    high = num_blocks / skip_fraction; low = warmup * num_blocks with warmup = 1 - step /
+    warmup_steps (clipped to [0, 1]; 0 when warmup_steps is 0). Block i (0-based) is
+    skipped when n_forward <= i, so after warm-up with probability i * skip_fraction /
+    num_blocks.
+    """
+    if not 0.0 < skip_fraction <= 1.0:
+        raise ValueError(f"skip_fraction={skip_fraction} must be in (0, 1] to draw n_forward")
+    warmup = 0.0 if warmup_steps <= 0 else min(max(1.0 - step / warmup_steps, 0.0), 1.0)
+    return warmup * num_blocks, num_blocks / skip_fraction
+
+
+def draw_n_forward(seed: int, step: int, num_blocks: int, skip_fraction: float,
+                   warmup_steps: int) -> float:
+    """One n_forward ~ Uniform(low, high) (``skip_bounds``), a pure function of (seed, step):
+    drawn on the host from a NumPy generator seeded with both, so every replica and every
+    rerun of the step gets the same number."""
+    low, high = skip_bounds(step, num_blocks, skip_fraction, warmup_steps)
+    rng = np.random.default_rng([int(seed) % 2**32, int(step), _SKIP_SALT])
+    return float(rng.uniform(low, high))
+
+
+def _run_stem(stem: layers.ConvStem, x: tf.Tensor, n_forward) -> tf.Tensor:
+    """``stem(x)`` where residual block i runs only when i < n_forward (a float scalar
+    tensor) and is the identity otherwise; n_forward None runs every block."""
+    if n_forward is None:
+        return stem(x)
+    x = stem.conv(x)
+    if stem.input_scale != 1.0:
+        x = x * stem.input_scale
+    x = tf.nn.relu(stem.norm(x))
+    for i, block in enumerate(stem.blocks):
+        x = tf.cond(tf.less(float(i), n_forward), lambda b=block, v=x: b(v), lambda v=x: v)
+    return x
 
 
 # ------------------------------------------------------------------------ MLP torso
@@ -133,7 +183,8 @@ class ConvRepresentation(tf.Module):
                 self.torso = layers.ConvStem(in_channels, channels, config.conv_num_blocks, rng,
                                              input_scale=scale, name="torso")
 
-    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+    def __call__(self, observation: tf.Tensor, n_forward=None) -> tf.Tensor:
+        """n_forward: None (every torso block) or a float scalar (layer skipping)."""
         x = tf.cast(observation, tf.float32)                      # scaled after the first conv
         if self.down1 is not None:
             x = self.down2(self.down1(x))                          # [B, H/4, W/4, C]
@@ -141,7 +192,7 @@ class ConvRepresentation(tf.Module):
             for block in self.down3:
                 x = block(x)
             x = tf.nn.avg_pool2d(x, 3, 2, "SAME")                   # [B, H/16, W/16, C]
-        return layers.min_max_normalise(self.torso(x))
+        return layers.min_max_normalise(_run_stem(self.torso, x, n_forward))
 
 
 class ConvDynamics(tf.Module):
@@ -172,10 +223,11 @@ class ConvDynamics(tf.Module):
         one_hot = tf.one_hot(action, self.num_actions)[:, None, None, :]
         return tf.tile(one_hot, [1, h, w, 1])
 
-    def __call__(self, hidden: tf.Tensor, action: tf.Tensor):
+    def __call__(self, hidden: tf.Tensor, action: tf.Tensor, n_forward=None):
+        """n_forward: None (every torso block) or a float scalar (layer skipping)."""
         batch = tf.shape(hidden)[0]
         x = tf.concat([hidden, self.action_planes(action, batch)], axis=-1)
-        next_hidden = layers.min_max_normalise(self.torso(x))
+        next_hidden = layers.min_max_normalise(_run_stem(self.torso, x, n_forward))
         reduced = tf.nn.relu(self.reward_reduce(next_hidden))
         return next_hidden, self.reward_head(tf.reshape(reduced, [batch, -1]))
 
@@ -296,6 +348,9 @@ class MuZeroNetwork(tf.Module):
         self.prediction = prediction
         # muzero.network.ssl.SSLHead (projection + predictor) or None; see make_network.
         self.pretrain_head: Optional[tf.Module] = pretrain_head
+        # Residual torso blocks layer skipping acts on (in the representation and in the
+        # dynamics); 0 for the MLP torso.
+        self.skip_blocks = 0 if kind == "vector" else int(config.conv_num_blocks)
         self.observation_spec = tf.TensorSpec([None, *self.input_shape], input_dtype,
                                               name="observation")
         self.hidden_spec = tf.TensorSpec([None, *self.hidden_shape], tf.float32,
@@ -312,18 +367,25 @@ class MuZeroNetwork(tf.Module):
 
     # Plain (un-wrapped) computations: the loss calls these inside its own tf.function.
 
-    def initial(self, observation: tf.Tensor) -> dict:
-        """observation [B, *input_shape] -> output dict (see the class docstring)."""
-        hidden = self.representation(observation)
+    def initial(self, observation: tf.Tensor, n_forward=None) -> dict:
+        """observation [B, *input_shape] -> output dict (see the class docstring).
+
+        ``n_forward`` (training only): a float scalar tensor from ``draw_n_forward``; the
+        representation's torso block i runs when i < n_forward. None runs every block.
+        """
+        hidden = (self.representation(observation) if n_forward is None
+                  else self.representation(observation, n_forward))
         out = self._predict(hidden)
         batch = tf.shape(observation)[0]
         out["reward"] = tf.zeros([batch], tf.float32)
         out["reward_logits"] = tf.zeros([batch, self.reward_support.num_bins], tf.float32)
         return out
 
-    def recurrent(self, hidden_state: tf.Tensor, action: tf.Tensor) -> dict:
-        """(hidden [B, *hidden_shape], action [B] int32) -> output dict."""
-        next_hidden, reward_logits = self.dynamics(hidden_state, action)
+    def recurrent(self, hidden_state: tf.Tensor, action: tf.Tensor, n_forward=None) -> dict:
+        """(hidden [B, *hidden_shape], action [B] int32) -> output dict; ``n_forward`` as in
+        ``initial`` (the dynamics' torso blocks)."""
+        next_hidden, reward_logits = (self.dynamics(hidden_state, action) if n_forward is None
+                                      else self.dynamics(hidden_state, action, n_forward))
         out = self._predict(next_hidden)
         out["reward_logits"] = reward_logits
         out["reward"] = tf_logits_to_scalar(reward_logits, self.reward_support)
@@ -379,6 +441,9 @@ def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames:
         raise ValueError(f"descriptor.num_actions={descriptor.num_actions} must be >= 1")
     rng = np.random.default_rng(seed)
     kind = descriptor.kind
+    if config.skip_fraction > 0 and kind == "vector":
+        raise ConfigError(f"NetworkConfig.skip_fraction={config.skip_fraction} is invalid for vector envs: "
+                          "layer skipping needs the residual conv torso (image and board envs); set it to 0")
     input_shape = network_input_shape(tuple(descriptor.observation_shape), kind == "image",
                                       stack_frames)
     num_actions = descriptor.num_actions

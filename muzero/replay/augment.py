@@ -50,6 +50,11 @@ def augment_board_batch(batch: dict, perms: np.ndarray, rng: np.random.Generator
     out = dict(batch)
     flat = obs.reshape(b, cells, *obs.shape[3:])
     out["observation"] = flat[rows, perm].reshape(obs.shape)
+    if "next_observation" in batch:  # [B, K, H, W, C]: the same symmetry at every step
+        nxt = batch["next_observation"]
+        flat_next = nxt.reshape(b, nxt.shape[1], cells, *nxt.shape[4:])
+        out["next_observation"] = flat_next[rows[:, :, None], np.arange(nxt.shape[1])[None, :, None],
+                                            perm[:, None, :]].reshape(nxt.shape)
     out["actions"] = inverse[rows, batch["actions"]].astype(batch["actions"].dtype)
     out["target_policy"] = np.take_along_axis(batch["target_policy"], perm[:, None, :], axis=2)
     return out

@@ -24,7 +24,7 @@ from muzero.replay import snapshot as snapshot_io
 from muzero.replay.rate_limiter import SampleToInsertRatio
 from muzero.replay.snapshot import SnapshotError
 from muzero.replay.store import TrajectoryStore, validate_segment
-from muzero.replay.targets import build_targets, finish_values, gather_inputs
+from muzero.replay.targets import build_targets, finish_values, gather_inputs, gather_next_inputs
 
 # values_fn(observation [M, *network_input_shape], index [M] int64) -> values [M] float,
 # each from the point of view of the player to move at that position.
@@ -52,10 +52,12 @@ class Replay:
       replay_config: capacity, priority exponents, warm-up and replay ratio.
       target_config: K, n-step, discount and frames stacked for image envs.
       seed: seeds the sampling generator (positions and padded actions).
+      next_observations: batches also carry ``next_observation`` (the consistency loss).
     """
 
     def __init__(self, descriptor: EnvDescriptor, replay_config: ReplayConfig,
-                 target_config: TargetConfig, seed: int):
+                 target_config: TargetConfig, seed: int, next_observations: bool = False):
+        self.next_observations = bool(next_observations)
         self.descriptor = descriptor
         self.replay_config = replay_config
         self.target_config = target_config
@@ -173,7 +175,9 @@ class Replay:
           observation [B, *input_shape] (uint8 stack + action planes for images),
           actions [B, K] int32, target_value / target_reward [B, K+1] f32,
           target_policy [B, K+1, A] f32, value_mask / reward_mask / policy_mask
-          [B, K+1] f32, importance_weight [B] f32, index [B] int64.
+          [B, K+1] f32, importance_weight [B] f32, index [B] int64; with
+          ``next_observations`` also next_observation [B, K, *input_shape] (the inputs
+          at t+1..t+K, zeros past the stored end).
         """
         self._check_batch_size(batch_size)
         tc, store = self.target_config, self._store
@@ -187,6 +191,9 @@ class Replay:
             parts = build_targets(store, slots, tc.num_unroll_steps, tc.td_steps, tc.discount,
                                   self._rng)
             frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
+            if self.next_observations:
+                next_frames, next_actions = gather_next_inputs(
+                    store, slots, parts["policy_slot"], self.stack_frames, self.is_image)
             boot = parts["boot_slot"]  # [B, K+1]
             has_boot = boot >= 0
             if values_fn is None:
@@ -210,7 +217,7 @@ class Replay:
         beta = self.replay_config.importance_sampling_exponent
         weights = np.power(num_sampleable * probs, -beta)
         weights /= weights.max()
-        return {
+        batch = {
             "observation": self._assemble(frames, frame_actions),
             "actions": parts["actions"],
             "target_value": finish_values(parts, boot_values),
@@ -222,6 +229,11 @@ class Replay:
             "importance_weight": weights.astype(np.float32),
             "index": index.astype(np.int64),
         }
+        if self.next_observations:
+            following = self._assemble(next_frames, next_actions)           # [B*K, *input_shape]
+            batch["next_observation"] = following.reshape(batch_size, tc.num_unroll_steps,
+                                                          *following.shape[1:])
+        return batch
 
     def _assemble(self, frames: np.ndarray, frame_actions: Optional[np.ndarray]) -> np.ndarray:
         if not self.is_image:

@@ -25,6 +25,11 @@ grows while the episode is open), and unroll steps ``k = 0..K`` at ``t = i + k``
 * actions ``a_{i..i+K-1}``; past the stored end they are drawn uniformly at random
   from ``[0, A)`` with the replay's generator (reported -1 by the kernel).
 
+* next observations (only when the consistency loss asks, ``gather_next_inputs``): the
+  network input at ``t = i + k`` for ``k = 1..K`` while ``t < L`` (the slots of the policy
+  targets), all zeros past the stored end. Frames stay stored once; the stacks are
+  assembled from the store's rows like the input at ``i``.
+
 The value kernel does not read root values: it returns the reward part, the slot
 ``b`` it bootstraps from (-1 for none) and the coefficient ``g^m s(b)`` so that
 ``z = partial + coef * v[b]`` can use stored root values or fresher ones from the
@@ -211,7 +216,31 @@ def build_targets(store, slots: np.ndarray, num_unroll_steps: int, td_steps: int
     policy *= policy_mask[..., None]
     return dict(actions=actions, value_partial=value_partial, boot_slot=boot_slot,
                 boot_coef=boot_coef, value_mask=value_mask, target_reward=reward,
-                reward_mask=reward_mask, target_policy=policy, policy_mask=policy_mask)
+                reward_mask=reward_mask, target_policy=policy, policy_mask=policy_mask,
+                policy_slot=policy_slot)
+
+
+def gather_next_inputs(store, slots: np.ndarray, policy_slot: np.ndarray, stack_frames: int,
+                       is_image: bool):
+    """Raw inputs of the real observations at t+1..t+K (copy them while the store is locked).
+
+    Args:
+      slots: [B] int64 sampled slots. policy_slot: [B, K+1] from ``build_targets``
+        (the slot at t = i + k, -1 past the stored end).
+
+    Returns (frames, frame_actions) for the B*K positions, b-major (row b*K + k-1 is
+    step k of sample b): image envs ``[B*K, S, *frame]`` and ``[B*K, S]``, otherwise
+    ``[B*K, *obs_shape]`` and None; rows past the stored end are zeros (frame actions
+    ``NO_ACTION``).
+    """
+    following = policy_slot[:, 1:]                                      # [B, K]
+    present = (following >= 0).reshape(-1)
+    rows = np.where(following >= 0, following, slots[:, None]).reshape(-1).astype(np.int64)
+    frames, frame_actions = gather_inputs(store, rows, stack_frames, is_image)
+    frames[~present] = 0
+    if frame_actions is not None:
+        frame_actions[~present] = NO_ACTION
+    return frames, frame_actions
 
 
 def finish_values(parts: dict, boot_values: np.ndarray) -> np.ndarray:

@@ -18,6 +18,13 @@ actors' ``push_segments`` go into it (``push_segments`` below, called by the ser
 and ``step()`` samples a batch (with value reanalyse and board-symmetry augmentation
 when configured), trains and writes the new priorities back.
 
+Layer skipping (``NetworkConfig.skip_fraction > 0``): each step draws its ``n_forward`` on
+the host from (seed, training step) (``muzero.network.networks.draw_n_forward``) and passes
+it into the train step as a float32 scalar tensor (one trace for every value; the same
+number on every replica). The consistency loss (``TrainingConfig.consistency_loss_weight
+> 0``) builds the trained network with its ``pretrain_head``, trained with the rest and
+never copied to the serving network, which has none.
+
 A checkpoint directory holds ``model`` (``tf.train.Checkpoint`` of network, optimiser
 and step), ``replay`` (a replay snapshot) and ``learner.json`` (RNG state).
 """
@@ -40,7 +47,7 @@ from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
 from muzero.network import export_saved_model, make_network, make_train_step
 from muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_copier
-from muzero.network.networks import PARTS
+from muzero.network.networks import PARTS, draw_n_forward
 from muzero.replay import Replay, ReplayClosedError
 from muzero.replay.augment import augment_board_batch
 from muzero.replay.store import MAX_ABS_SCALAR
@@ -85,10 +92,13 @@ class Trainer:
                  trainable_parts: Optional[Sequence[str]] = None, devices: Optional[list] = None):
         stack = config.targets.stack_frames if descriptor.is_image else 1
         self.config = config
+        self.seed = int(seed)
         self.strategy = make_strategy(devices) if devices else None
         mirrored = self.strategy.scope if self.strategy else contextlib.nullcontext
+        with_head = config.training.consistency_loss_weight > 0
         with mirrored():
-            self.network = make_network(descriptor, config.network, stack, seed=seed)
+            self.network = make_network(descriptor, config.network, stack, seed=seed,
+                                        with_ssl_head=with_head)
         with tf.device(devices[0]) if devices else contextlib.nullcontext():
             self.serving = make_network(descriptor, config.network, stack, seed=seed)
         with mirrored():
@@ -97,6 +107,9 @@ class Trainer:
             self.trainable_parts = check_parts(trainable_parts)
             variables = (self.network.variables_of(self.trainable_parts) if self.trainable_parts
                          else list(self.network.trainable_variables))
+            if self.trainable_parts and self.network.pretrain_head is not None:
+                # The head exists for the consistency loss and always trains with it.
+                variables += list(self.network.pretrain_head.trainable_variables)
             self.optimizer.build(variables)
             if self.strategy:
                 self._train_step = make_distributed_train_step(self.strategy, self.network, self.optimizer,
@@ -104,7 +117,13 @@ class Trainer:
             else:
                 self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
             self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
-        self._copy_weights = variable_copier(self.network.variables, self.serving.variables)
+        # Only the parts inference uses (the serving copy has no pretrain_head).
+        self._copy_weights = variable_copier(
+            [v for p in PARTS for v in getattr(self.network, p).variables],
+            [v for p in PARTS for v in getattr(self.serving, p).variables])
+        net_cfg = config.network
+        self._skip = (None if net_cfg.skip_fraction <= 0 or self.network.skip_blocks == 0 else
+                      (self.network.skip_blocks, net_cfg.skip_fraction, net_cfg.skip_warmup_steps))
 
     def copy_to_serving(self, _model=None) -> None:
         """Copies trained weights into the serving network (call between inference batches);
@@ -115,10 +134,20 @@ class Trainer:
         else:
             self._copy_weights()
 
+    def n_forward(self, step: int) -> Optional[float]:
+        """The layer-skipping draw of training step ``step`` (None when skipping is off)."""
+        if self._skip is None:
+            return None
+        return draw_n_forward(self.seed, step, *self._skip)
+
     def train(self, batch: dict) -> tuple:
         """One SGD step on a replay batch; returns (metrics {name: float}, new priorities [B])."""
         inputs = {k: v for k, v in batch.items() if k != "index"}
-        total, metrics, priorities = self._train_step(inputs)
+        n_forward = self.n_forward(int(self.step.numpy()))
+        if n_forward is None:
+            total, metrics, priorities = self._train_step(inputs)
+        else:
+            total, metrics, priorities = self._train_step(inputs, tf.constant(n_forward, tf.float32))
         self.step.assign_add(1)
         out = {k: float(v) for k, v in metrics.items()}
         out["loss/total"] = float(total)
@@ -172,7 +201,8 @@ class MuZeroLearner(core.Learner):
         devices = configure_devices(getattr(settings, "learner_devices", 1))
         self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts,
                                devices=devices)
-        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0))
+        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0),
+                             next_observations=self.config.training.consistency_loss_weight > 0)
         self.segments = 0
         self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
 
