@@ -45,6 +45,15 @@ def test_nt_xent_worked_example():
     assert float(nt_xent(tf.constant(a), tf.constant(b), 0.5)) == pytest.approx(expected, rel=1e-5)
 
 
+def test_contrastive_accuracy_counts_rows_whose_nearest_other_row_is_their_partner():
+    from muzero.network.pretrain import contrastive_accuracy
+    a = tf.constant([[1.0, 0.0], [0.0, 1.0]])
+    # z = [a; b]: nearest other row of z1 = (1, 0) is z3 = (1, .1), of z2 is z4, and back: 4 of 4.
+    assert float(contrastive_accuracy(a, tf.constant([[1.0, 0.1], [0.1, 1.0]]))) == 1.0
+    # Partners swapped: z1's nearest is z4 = (1, .1), not its partner z3; 0 of 4.
+    assert float(contrastive_accuracy(a, tf.constant([[0.1, 1.0], [1.0, 0.1]]))) == 0.0
+
+
 def _nt_xent_numpy(a, b, temperature):
     z = np.concatenate([a, b]).astype(np.float64)
     z /= np.linalg.norm(z, axis=1, keepdims=True)
@@ -317,3 +326,18 @@ def test_the_builder_picks_the_pretraining_learner_which_resumes_and_hands_over(
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     for learner_ in (learner, resumed, rl):
         learner_.close()
+
+
+def test_pretraining_defaults_fitted_to_the_env():
+    from muzero.algorithms.muzero.builder import BUILDER
+    from muzero.algorithms.muzero.defaults import run_defaults
+    settings = run_defaults("cartpole")
+    image = EnvDescriptor(name="cartpole", observation_shape=(10, 10, 4), observation_dtype="uint8",
+                          num_actions=3, kind="image", frame_layout="HWC")
+    fitted, notes = BUILDER.fit_to_env(settings, image, {"pretrain": {"enabled": True}})
+    # 10 / 24 rounds to 0, at least 1 pixel; no evaluation actors.
+    assert fitted.config.pretrain.shift_pixels == 1 and fitted.num_eval_actors == 0 and len(notes) == 2
+    fitted, _ = BUILDER.fit_to_env(settings, image, {"pretrain": {"enabled": True, "shift_pixels": 3}})
+    assert fitted.config.pretrain.shift_pixels == 4            # the user's 3 is applied after fitting
+    fitted, notes = BUILDER.fit_to_env(settings, image, {})
+    assert fitted.num_eval_actors == settings.num_eval_actors and not notes

@@ -202,9 +202,11 @@ class Actor:
             self.move_index = np.where(nxt.done, 0, self.move_index + 1)
             step = nxt
             now = time.monotonic()
-            if now - last_push >= s.push_every_s:
-                # A random-policy actor outruns any learner: it waits until its segments are
-                # stored (the replay's rate limiter paces it) instead of piling them up.
+            # A random-policy actor outruns any learner: it pushes as soon as a push is full
+            # and waits until its segments are stored (the replay's rate limiter paces it)
+            # instead of piling them up.
+            full = s.random_policy and push_chunk_length(self._pending) < len(self._pending)
+            if full or now - last_push >= s.push_every_s:
                 while not self._push(retry_for_s=1.0 if s.random_policy else 0.0) and s.random_policy \
                         and not self.stop_event.is_set():
                     pass

@@ -10,7 +10,8 @@ two objectives (``PretrainConfig.objective``):
 * ``ntxent`` (SimCLR's normalised temperature-scaled cross-entropy, as SEED RL's MuZero
   uses it): with the predictor (``use_predictor``, SEED's recipe),
   loss = (NT-Xent(q(g(h1)), g(h2)) + NT-Xent(q(g(h2)), g(h1))) / 2;
-  without it, loss = NT-Xent(g(h1), g(h2)) (SimCLR). ``nt_xent`` below is the formula.
+  without it, loss = (NT-Xent(g(h1), g(h2)) + NT-Xent(g(h2), g(h1))) / 2, which equals
+  NT-Xent(g(h1), g(h2)) (SimCLR). ``nt_xent`` below is the formula.
 * ``simsiam`` (SimSiam / BYOL without a moving-average target): the negative cosine
   between the online branch q(g(h)) of one view and the stop-gradient projection g(h)
   of the other, symmetrised:
@@ -104,24 +105,25 @@ def pretrain_objective(head, hidden1: tf.Tensor, hidden2: tf.Tensor, objective: 
 
     ``head`` is the network's ``pretrain_head`` (``project`` and ``predict``). Metrics:
     ``pretrain/<objective>`` (the loss), ``pretrain/accuracy`` (``contrastive_accuracy``
-    of the two projections) and ``pretrain/embedding_std`` (mean over dimensions of the
-    per-dimension standard deviation of the L2-normalised projections across the batch;
-    about 1/sqrt(P) when the embeddings spread out, 0 when they collapse to one point).
+    of the first view's online output -- q(g(h1)), or g(h1) without the predictor --
+    against the second view's projection g(h2): the pairing the loss scores) and
+    ``pretrain/embedding_std`` (mean over dimensions of the per-dimension standard
+    deviation of the L2-normalised projections across the batch; about 1/sqrt(P) when the
+    embeddings spread out, 0 when they collapse to one point).
     """
     projected1, projected2 = head.project(hidden1), head.project(hidden2)
+    predictor = objective == "simsiam" or use_predictor
+    online1 = head.predict(projected1) if predictor else projected1
+    online2 = head.predict(projected2) if predictor else projected2
     if objective == "ntxent":
-        if use_predictor:
-            loss = 0.5 * (nt_xent(head.predict(projected1), projected2, temperature)
-                          + nt_xent(head.predict(projected2), projected1, temperature))
-        else:
-            loss = nt_xent(projected1, projected2, temperature)
+        loss = 0.5 * (nt_xent(online1, projected2, temperature) + nt_xent(online2, projected1, temperature))
     elif objective == "simsiam":
-        loss = simsiam_loss(head.predict(projected1), projected1, head.predict(projected2), projected2)
+        loss = simsiam_loss(online1, projected1, online2, projected2)
     else:
         raise ValueError(f"unknown pretraining objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     normalised = tf.math.l2_normalize(projected1, axis=-1, epsilon=1e-24)
     metrics = {f"pretrain/{objective}": loss,
-               "pretrain/accuracy": contrastive_accuracy(projected1, projected2),
+               "pretrain/accuracy": contrastive_accuracy(online1, projected2),
                "pretrain/embedding_std": tf.reduce_mean(tf.math.reduce_std(normalised, axis=0))}
     return loss, metrics
 

@@ -6,6 +6,7 @@ import dataclasses
 from muzero import core
 from muzero.algorithms.muzero import defaults
 from muzero.config import ConfigError, MuZeroConfig
+from muzero.learner.settings import replace_section
 
 
 class MuZeroBuilder(core.Builder):
@@ -26,6 +27,14 @@ class MuZeroBuilder(core.Builder):
             settings = dataclasses.replace(settings, num_eval_actors=0)
             notes.append("num_eval_actors=0: a pretraining run's actors play random moves; the training "
                          "return is the random policy's")
+        if pretrain and descriptor.is_image and "shift_pixels" not in changes.get("pretrain", {}):
+            # Random shifts of about 1/24 of the frame side: 4 px on 84-96 px frames (DrQ,
+            # EfficientZero), 1 px on MinAtar's 10 x 10.
+            side = min(descriptor.observation_shape[:2])
+            shift = max(1, round(side / 24))
+            if shift != settings.config.pretrain.shift_pixels:
+                settings = replace_section(settings, "pretrain", shift_pixels=shift)
+                notes.append(f"pretrain.shift_pixels={shift}: about 1/24 of the {side}-pixel frame side")
         return settings, notes
 
     def check_settings(self, settings) -> None:
