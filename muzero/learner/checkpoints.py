@@ -11,7 +11,8 @@ checkpoint intact; only the newest ``KEEP_CHECKPOINTS`` are kept.
 variable by variable, whatever a ``tf.train.Checkpoint`` holds of a network's parts and
 reports what was restored, skipped and left new.
 
-Imports only the standard library (``restore_parts`` imports TensorFlow when called).
+Imports only the standard library (``restore_parts`` imports TensorFlow and
+``muzero.config`` when called).
 """
 from __future__ import annotations
 
@@ -230,10 +231,13 @@ def restore_parts(path: str, parts: dict, root: str = "network", subdir: str = "
 
     ``path`` is a ckpt-<step> directory, a checkpoints directory or a run's logdir; its
     ``<subdir>`` is the ``tf.train.Checkpoint`` prefix. Every shape is checked before any
-    value is assigned: a mismatch raises ValueError naming the variable and both shapes,
-    and leaves the network unchanged. FileNotFoundError when no checkpoint is there.
+    value is assigned: a mismatch raises ConfigError (a ValueError) naming the variable
+    and both shapes, and leaves the network unchanged; so does a checkpoint sharing no
+    variable with the network. FileNotFoundError when no checkpoint is there.
     """
     import tensorflow as tf
+
+    from muzero.config import ConfigError   # a ValueError the command line reports in one line
     ckpt_dir = resolve_checkpoint(path)
     if ckpt_dir is None:
         raise FileNotFoundError(f"--init_checkpoint={path!r}: no checkpoint found there "
@@ -255,12 +259,12 @@ def restore_parts(path: str, parts: dict, root: str = "network", subdir: str = "
         for name in restored[part]:
             variable = have[name]
             if tuple(variable.shape) != saved[name]:
-                raise ValueError(f"--init_checkpoint={ckpt_dir}: {root}/{part}/{name} has shape "
+                raise ConfigError(f"--init_checkpoint={ckpt_dir}: {root}/{part}/{name} has shape "
                                  f"{list(saved[name])} in the checkpoint but {list(variable.shape)} in this "
                                  "network (a different network config)")
             assignments.append((variable, keys[f"{part}/{name}"]))
     if not assignments:
-        raise ValueError(f"--init_checkpoint={ckpt_dir}: none of this network's variables are in it (its "
+        raise ConfigError(f"--init_checkpoint={ckpt_dir}: none of this network's variables are in it (its "
                          f"{root} holds parts {sorted(stored) or 'none'}; this network has {sorted(mine)})")
     for variable, key in assignments:
         variable.assign(reader.get_tensor(key))
