@@ -47,6 +47,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from muzero.config import TrainingConfig
+from muzero.network.ssl import negative_cosine
 from muzero.network.support import tf_logits_to_scalar, tf_scalar_to_two_hot
 
 BATCH_KEYS = ("observation", "actions", "target_value", "target_reward", "target_policy",
@@ -98,7 +99,6 @@ def consistency_terms(network, predicted_hidden: Sequence[tf.Tensor],
     predicted_hidden: K tensors [B, *hidden_shape], the dynamics' hidden states at k = 1..K.
     next_observation: [B, K, *input_shape], the real observations at t+1..t+K.
     """
-    from muzero.network.ssl import negative_cosine
     head = network.pretrain_head
     num_unroll = len(predicted_hidden)
     obs_shape = next_observation.shape[2:]
