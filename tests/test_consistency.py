@@ -7,6 +7,7 @@ a two-device Trainer (layer skipping and this loss on) in a child process, becau
 logical CPU devices must be configured before TensorFlow starts, and compares it with the
 one-device Trainer run here.
 """
+import dataclasses
 import json
 import os
 
@@ -251,7 +252,7 @@ def test_board_symmetry_moves_the_next_observations_too():
     np.testing.assert_array_equal(new[1], old[1])
 
 
-def test_trainer_builds_the_head_and_its_replay_gathers_next_observations():
+def test_trainer_builds_the_head_and_its_replay_gathers_next_observations(tmp_path):
     from muzero.algorithms.muzero.learning import Trainer
     from muzero.config import MuZeroConfig
     config = MuZeroConfig(targets=TargetConfig(num_unroll_steps=K, stack_frames=1), network=NET,
@@ -274,6 +275,14 @@ def test_trainer_builds_the_head_and_its_replay_gathers_next_observations():
             want = seg["observations"][t + k] if t + k < 6 else np.zeros(4, np.float32)
             np.testing.assert_array_equal(batch["next_observation"][b, k - 1], want)
     # Training steps with these batches (one and two devices): the test below.
+    # A resume must keep the setting (the optimiser's slots follow the variable order).
+    from muzero.config import ConfigError
+    plain = Trainer(VECTOR, dataclasses.replace(config, training=TrainingConfig(batch_size=4)), seed=3)
+    for saver, loader, words in ((plain, trainer, "without"), (trainer, plain, "with")):
+        saver.checkpoint.write(str(tmp_path / words / "model"))
+        with pytest.raises(ConfigError, match=f"consistency_loss_weight=.*trained {words} "):
+            loader.check_resumable(str(tmp_path / words / "model"))
+        saver.check_resumable(str(tmp_path / words / "model"))      # the same setting resumes
 
 
 # ------------------------------------------------------------------ two devices

@@ -161,6 +161,22 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
+    def check_resumable(self, model_path: str) -> None:
+        """Raises ConfigError when the checkpoint at ``model_path`` (a ``model`` prefix) and
+        this trainer disagree on the pretrain head (the consistency loss): the optimiser's
+        slots follow the variable order, so such a resume cannot work."""
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        graph.ParseFromString(tf.train.load_checkpoint(model_path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+        network = [c.node_id for c in graph.nodes[0].children if c.local_name == "network"]
+        saved = any(c.local_name == "pretrain_head" for n in network for c in graph.nodes[n].children)
+        if saved != (self.network.pretrain_head is not None):
+            weight = self.config.training.consistency_loss_weight
+            raise ConfigError(
+                f"training.consistency_loss_weight={weight:g} but checkpoint {model_path!r} was trained "
+                f"{'with' if saved else 'without'} the consistency loss's pretrain_head: resume with the "
+                "setting it was trained with, or start a new run from it with --init_checkpoint")
+
     def init_from(self, path: str) -> str:
         """Loads network weights (not the optimiser) from a checkpoint dir or a run's logdir."""
         ckpt_dir = resolve_checkpoint(path)
@@ -268,6 +284,7 @@ class MuZeroLearner(core.Learner):
             json.dump({"rng": rng_state(self.rng), "segments": self.segments}, f)
 
     def restore(self, directory: str) -> None:
+        self.trainer.check_resumable(os.path.join(directory, "model"))
         self.trainer.checkpoint.read(os.path.join(directory, "model")).assert_existing_objects_matched()
         self.trainer.copy_to_serving()
         self.replay.load(os.path.join(directory, "replay"))
