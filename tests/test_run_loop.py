@@ -235,3 +235,58 @@ def test_failing_tensorboard_writes_do_not_stop_training(tmp_path, monkeypatch):
     record = _run(tmp_path, lines, max_train_steps=300, summary_every_steps=1).run()
     assert record["stop_reason"] == "max_train_steps=300 reached"
     assert sum("cannot write TensorBoard summaries (ResourceExhaustedError" in line for line in lines) == 1
+
+
+def test_periodic_exports_are_complete_numbered_and_pruned_to_the_newest(tmp_path, monkeypatch):
+    # Every loop iteration exports (export_every_secs tiny); one export fails (a full disk) and
+    # training goes on; only the newest keep_exports=2 step directories stay, by step number.
+    lines = []
+    run = _run(tmp_path, lines, max_train_steps=12, export_every_secs=1e-6, keep_exports=2)
+    original = BUILDER.make_learner
+    calls = []
+
+    def make_learner(*args, **kwargs):
+        learner = original(*args, **kwargs)
+        export = learner.export
+
+        def flaky_export(directory):
+            calls.append(os.path.basename(directory))
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+            export(directory)
+        learner.export = flaky_export
+        return learner
+    monkeypatch.setattr(BUILDER, "make_learner", make_learner)
+    os.makedirs(tmp_path / "export" / ".partial-step-7")        # a cut-short export of an earlier run
+    os.makedirs(tmp_path / "export" / "step-9")                 # step 9 < 10 although "step-9" > "step-10"
+    record = run.run()
+    assert record["stop_reason"] == "max_train_steps=12 reached"
+    assert calls[0] == ".partial-step-1" and len(calls) >= 12     # written under a hidden name first
+    assert sum(line.startswith("periodic export failed (OSError") for line in lines) == 1
+    assert sorted(os.listdir(tmp_path / "export")) == ["step-11", "step-12"]
+    for step in (11, 12):
+        with open(tmp_path / "export" / f"step-{step}" / "run.json") as f:
+            assert json.load(f)["env"] == "cartpole"
+
+
+def test_no_periodic_exports_by_default_and_none_at_all_with_export_off(tmp_path):
+    run = _run(tmp_path / "a", max_train_steps=5)
+    run.run()
+    assert os.listdir(tmp_path / "a" / "export") == ["step-5"]
+    settings = dataclasses.replace(BUILDER.default_settings("cartpole"), max_train_steps=5, export_every_secs=1e-6)
+    Run(settings, str(tmp_path / "b"), export=False, log=lambda m: None).run()
+    assert not os.path.exists(tmp_path / "b" / "export")
+
+
+def test_a_checkpoint_these_settings_cannot_resume_is_refused_not_set_aside(tmp_path, monkeypatch):
+    # A ConfigError from restore (MuZero: a changed consistency-loss setting) means the
+    # checkpoint is intact but the settings differ: fail in one line, keep the checkpoint.
+    _run(tmp_path, max_train_steps=3).run()
+
+    def refuse(directory):
+        raise ConfigError("training.x=1 but the checkpoint was trained with x=0")
+    monkeypatch.setattr(CounterLearner, "restore", lambda self, directory: refuse(directory))
+    with pytest.raises(ConfigError, match="trained with x=0"):
+        _run(tmp_path, max_train_steps=6).run()
+    names = os.listdir(tmp_path / "checkpoints")
+    assert "ckpt-3" in names and not [n for n in names if n.startswith("damaged-")]

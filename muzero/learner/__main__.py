@@ -74,6 +74,10 @@ flags.DEFINE_list("trainable_parts", None, "MuZero: train only these parts: repr
                   "prediction (default all).")
 flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/step-<N> at the end.")
 flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
+flags.DEFINE_float("export_every_secs", None, "Also export a SavedModel to <logdir>/export/step-<N> every this many "
+                   "seconds while training (default 0: only at the end), so a killed run leaves a recent export.")
+flags.DEFINE_integer("keep_exports", None, "Periodic exports kept on disk, oldest deleted first (default 5; 0 keeps "
+                     "all). The final export is always written.")
 flags.DEFINE_enum("launcher", None, ["local", "ray"], "Where actors run: local (processes on this machine, the "
                   "default) or ray (Ray actors, restarted by Ray when they fail; pip install -e '.[ray]').")
 flags.DEFINE_string("ray_address", None, "--launcher=ray: empty (default) starts a Ray instance on 127.0.0.1 "
@@ -178,7 +182,8 @@ def build_settings():
            "num_eval_actors": FLAGS.num_eval_actors, "eval_envs_per_actor": FLAGS.eval_envs_per_actor,
            "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
            "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
-           "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "launcher": FLAGS.launcher,
+           "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "export_every_secs": FLAGS.export_every_secs,
+           "keep_exports": FLAGS.keep_exports, "launcher": FLAGS.launcher,
            "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
            "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
     notes = []

@@ -10,7 +10,7 @@ from ``muzero.algorithms.get(settings.algo)``, a ``muzero.core.Builder``):
 4. loop: ``learner.step()``; publish the weights to the service every
    ``publish_every_steps``; every few seconds print a progress line (frames/s, ETA),
    write TensorBoard summaries and ``metrics.jsonl`` and restart dead actors;
-   checkpoint every ``checkpoint_every_secs``;
+   checkpoint every ``checkpoint_every_secs`` (and export every ``export_every_secs`` when set);
 5. on a stop condition, SIGINT or SIGTERM: stop the actors, write a final checkpoint,
    export a SavedModel, close the server.
 """
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import threading
 import time
@@ -139,6 +141,8 @@ class Run:
                 if state.get("algo", self.settings.algo) != self.settings.algo:
                     raise ValueError(f"it was written by --algo={state.get('algo')}")
                 self.learner.restore(ckpt)
+            except ConfigError:   # the checkpoint is fine but these settings cannot resume it
+                raise
             except Exception as e:  # a truncated or corrupt checkpoint: set it aside, try the next older one
                 aside = checkpoints.set_aside(ckpt)
                 self.log(f"checkpoint {ckpt} cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
@@ -265,7 +269,7 @@ class Run:
 
     def _loop(self) -> dict:
         s = self.settings
-        last_progress = last_ckpt = time.monotonic()
+        last_progress = last_ckpt = last_export = time.monotonic()
         # Time counts across resumes: --max_seconds bounds the whole run, not each session.
         start = self._session_start = last_progress - self.elapsed_before
         last_env, last_step = self.env_steps, self.training_step
@@ -294,6 +298,13 @@ class Run:
                 last_progress, last_env, last_step = now, self.env_steps, self.training_step
                 if self.actors is not None:
                     self.actors.poll()
+            if (self.export and s.export_every_secs and now - last_export >= s.export_every_secs
+                    and not getattr(self.learner, "no_export_reason", None)):
+                try:
+                    self.export_model()
+                except Exception as e:  # e.g. a full disk: keep training, try again next period
+                    self.log(f"periodic export failed ({type(e).__name__}: {e}); training goes on")
+                last_export = now
             if now - last_ckpt >= s.checkpoint_every_secs:
                 try:
                     self.checkpoint()
@@ -384,6 +395,37 @@ class Run:
         self.log(f"checkpoint written: {path}")
         return path
 
+    def export_model(self) -> str:
+        """Exports the learner's model to ``<logdir>/export/step-<N>`` and returns the path.
+
+        The SavedModel is written to a hidden sibling directory first and renamed into place,
+        so ``step-<N>`` is always complete (a run killed mid-export leaves only the hidden
+        directory, removed by the next export). Then only the newest ``keep_exports``
+        ``step-*`` directories are kept (0 keeps all)."""
+        root = os.path.join(self.logdir, "export")
+        os.makedirs(root, exist_ok=True)
+        for name in os.listdir(root):   # leftovers of an export that was cut short
+            if name.startswith(".partial-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        start = time.monotonic()
+        path = os.path.join(root, f"step-{self.training_step}")
+        partial = os.path.join(root, f".partial-step-{self.training_step}")
+        self.learner.export(partial)
+        if not os.path.isfile(os.path.join(partial, "run.json")):   # the env eval plays
+            from muzero.algorithms.policy_export import write_run_json
+            write_run_json(partial, self.settings.env, self.settings.env_options)
+        if os.path.isdir(path):   # the same step exported before (no training since): replace it
+            shutil.rmtree(path)
+        os.replace(partial, path)
+        keep = self.settings.keep_exports
+        steps = sorted((int(m.group(1)), name) for name in os.listdir(root)
+                       if (m := re.fullmatch(r"step-(\d+)", name)))
+        if keep:
+            for _, name in steps[:-keep]:
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        self.log(f"SavedModel exported to {path} ({time.monotonic() - start:.1f} s)")
+        return path
+
     def _log_signal_notes(self) -> None:
         while self._signal_notes:
             self.log(self._signal_notes.pop(0))
@@ -406,12 +448,7 @@ class Run:
                     self.log(f"no SavedModel export: {self.learner.no_export_reason}")
                 elif self.export:
                     try:
-                        path = os.path.join(self.logdir, "export", f"step-{self.training_step}")
-                        self.learner.export(path)
-                        if not os.path.isfile(os.path.join(path, "run.json")):   # the env eval plays
-                            from muzero.algorithms.policy_export import write_run_json
-                            write_run_json(path, self.settings.env, self.settings.env_options)
-                        self.log(f"SavedModel exported to {path}")
+                        self.export_model()
                     except Exception as e:
                         self.log(f"export failed: {type(e).__name__}: {e}")
         finally:

@@ -41,6 +41,12 @@ class RunSettings:
     summary_every_steps: int = 50
     progress_every_s: float = 5.0
     checkpoint_every_secs: float = 600.0
+    # Export a SavedModel to <logdir>/export/step-<N> every this many seconds while training
+    # (0: only the final export), so a run killed by a scheduler still leaves a recent one.
+    export_every_secs: float = 0.0
+    # Periodic exports kept on disk (the oldest are deleted; the final export is always
+    # written); 0 keeps all of them.
+    keep_exports: int = 5
     # Where the actors run: "local" (processes on this machine, muzero.launch.local) or "ray"
     # (Ray actors, muzero.launch.ray_actors; needs the ray extra).
     launcher: str = "local"
@@ -62,11 +68,12 @@ class RunSettings:
                   "max_env_steps": (self.max_env_steps, 0), "max_train_steps": (self.max_train_steps, 0),
                   "publish_every_steps": (self.publish_every_steps, 1),
                   "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0),
-                  "ray_max_restarts": (self.ray_max_restarts, -1), "learner_devices": (self.learner_devices, 1)}
+                  "ray_max_restarts": (self.ray_max_restarts, -1), "learner_devices": (self.learner_devices, 1),
+                  "keep_exports": (self.keep_exports, 0)}
         for name, (value, lo) in checks.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
-        for name in ("max_seconds", "progress_every_s", "checkpoint_every_secs"):
+        for name in ("max_seconds", "progress_every_s", "checkpoint_every_secs", "export_every_secs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be a number >= 0")

@@ -16,7 +16,10 @@ value per variable either way: checkpoints move freely between 1 and N devices.
 ``MuZeroLearner`` (the ``muzero.core.Learner`` of MuZero) adds the prioritized replay:
 actors' ``push_segments`` go into it (``push_segments`` below, called by the service),
 and ``step()`` samples a batch (with value reanalyse and board-symmetry augmentation
-when configured), trains and writes the new priorities back.
+when configured), trains and writes the new priorities back. With
+``targets.reanalyse_fraction > 0`` the builder hands it the inference service
+(``attach_service``) and the first ``step()`` starts the reanalyse worker
+(``reanalyse.ReanalyseWorker``, docs/REANALYSE.md), which ``close()`` stops.
 
 Layer skipping (``NetworkConfig.skip_fraction > 0``): each step draws its ``n_forward`` on
 the host from (seed, training step) (``muzero.network.networks.draw_n_forward``) and passes
@@ -43,7 +46,6 @@ import envs
 from muzero import core
 from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
 from muzero.distribute import configure_devices, host_seed, make_strategy
-from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
 from muzero.network import export_saved_model, make_network, make_train_step
 from muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_copier
@@ -177,17 +179,6 @@ class Trainer:
                 f"{'with' if saved else 'without'} the consistency loss's pretrain_head: resume with the "
                 "setting it was trained with, or start a new run from it with --init_checkpoint")
 
-    def init_from(self, path: str) -> str:
-        """Loads network weights (not the optimiser) from a checkpoint dir or a run's logdir."""
-        ckpt_dir = resolve_checkpoint(path)
-        if ckpt_dir is None:
-            raise FileNotFoundError(f"--init_checkpoint={path!r}: no checkpoint found there "
-                                    f"(expected a ckpt-<step> directory or a logdir with {CHECKPOINTS}/{LATEST})")
-        status = tf.train.Checkpoint(network=self.network).read(os.path.join(ckpt_dir, "model"))
-        status.expect_partial()
-        self.copy_to_serving()
-        return ckpt_dir
-
 
 def rng_state(rng: np.random.Generator) -> dict:
     return rng.bit_generator.state
@@ -221,6 +212,19 @@ class MuZeroLearner(core.Learner):
                              next_observations=self.config.training.consistency_loss_weight > 0)
         self.segments = 0
         self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
+        self.reanalyse = None   # ReanalyseWorker, started by step() once a service is attached
+        self._service = None
+
+    def attach_service(self, service) -> None:
+        """The bound inference service the reanalyse worker searches through."""
+        self._service = service
+
+    def _start_reanalyse(self) -> None:
+        from muzero.algorithms.muzero.reanalyse import ReanalyseWorker
+        t = self.config.targets
+        self.reanalyse = ReanalyseWorker(self.replay, self._service, self.config.search, self.descriptor,
+                                         t.reanalyse_batch_size, seed=host_seed(self.settings.seed, 0))
+        self.reanalyse.start()
 
     # -- ingestion (gRPC threads) --------------------------------------------------------------
     def push_segments(self, items: list) -> dict:
@@ -267,11 +271,21 @@ class MuZeroLearner(core.Learner):
         batch_size = self.config.training.batch_size
         if not self.replay.wait_until_can_sample(batch_size, timeout=0.05):
             return None
+        if self.reanalyse is None and self._service is not None and self.config.targets.reanalyse_fraction > 0:
+            self._start_reanalyse()
         batch = self.replay.sample(batch_size, values_fn=self._values_fn, timeout=1.0)
+        versions = batch.pop("target_version", None)   # [B, K+1]; only with reanalyse
         if self.symmetries is not None:
             batch = augment_board_batch(batch, self.symmetries, self.rng)
         metrics, priorities = self.trainer.train(batch)
         self.replay.update_priorities(batch["index"], priorities)
+        if versions is not None:
+            fresh = versions[:, 0] >= 0
+            metrics["reanalyse/batch_fraction"] = float(fresh.mean())
+            metrics["reanalyse/target_age"] = float(np.mean(self.training_step - versions[fresh, 0])) \
+                if fresh.any() else 0.0
+            if self.reanalyse is not None:
+                metrics.update(self.reanalyse.stats())
         return metrics
 
     def copy_to_serving(self, _model=None) -> None:
@@ -315,4 +329,6 @@ class MuZeroLearner(core.Learner):
                     self.training_step * self.config.training.batch_size / max(1, self.context.env_steps)}
 
     def close(self) -> None:
+        if self.reanalyse is not None:
+            self.reanalyse.stop()
         self.replay.close()
