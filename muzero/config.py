@@ -235,9 +235,19 @@ class TargetConfig:
     # extra initial inference per batch on up to B * (K + 1) positions: cheap for
     # vector observations, costly for stacked frames.
     reanalyse_values: bool = False
+    # Reanalyse (docs/REANALYSE.md): the learner's worker thread re-runs the search on
+    # stored positions with the served weights and writes their policy target and root
+    # value back; this fraction of every training batch is drawn from positions it
+    # refreshed. 0 turns the worker off (no extra storage; batches as without it).
+    reanalyse_fraction: float = 0.0
+    # Positions per reanalyse search (the worker's lease on the inference service: one
+    # batch of this many trees, like an actor with this many envs).
+    reanalyse_batch_size: int = 128
 
     def __post_init__(self):
         check_bool(self, "reanalyse_values")
+        check_float(self, "reanalyse_fraction", 0.0, 1.0)
+        check_int(self, "reanalyse_batch_size", 1, 1024)
         check_int(self, "num_unroll_steps", 0, 1000)
         check_int(self, "td_steps", -1, 100_000)
         if self.td_steps == 0:

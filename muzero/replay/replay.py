@@ -69,7 +69,13 @@ class Replay:
         self._store = TrajectoryStore(descriptor, replay_config.capacity_steps,
                                       history=self.stack_frames if self.is_image else 0,
                                       priority_exponent=replay_config.priority_exponent,
-                                      min_priority=replay_config.min_priority)
+                                      min_priority=replay_config.min_priority,
+                                      reanalyse=target_config.reanalyse_fraction > 0)
+        # Reanalyse (docs/REANALYSE.md): rows of training batches meant for refreshed
+        # positions, and positions the worker refreshed (not saved in snapshots).
+        self.reanalyse_fraction = float(target_config.reanalyse_fraction)
+        self._reanalyse_wanted = 0
+        self._reanalyse_written = 0
         self._limiter = SampleToInsertRatio(replay_config.samples_per_insert,
                                             replay_config.min_steps_to_sample,
                                             replay_config.samples_per_insert_tolerance)
@@ -178,14 +184,36 @@ class Replay:
           [B, K+1] f32, importance_weight [B] f32, index [B] int64; with
           ``next_observations`` also next_observation [B, K, *input_shape] (the inputs
           at t+1..t+K, zeros past the stored end).
+
+        With ``targets.reanalyse_fraction`` f > 0 the first ``R = floor(f B + 1/2)`` rows
+        are drawn (by priority) from positions whose targets were reanalysed, the rest from
+        all positions as above (all B from all positions while none is reanalysed);
+        importance weights use the probability of that mixture, with ``r = R / B``:
+        ``(1 - r) w_i / W + r w_i / W_r [i reanalysed]`` (``W_r``: the refreshed positions' total). The batch then also holds
+        target_version [B, K+1] int64: the weights version of each policy target (-1: the
+        actor's, or none past the stored end).
         """
         self._check_batch_size(batch_size)
         tc, store = self.target_config, self._store
         with self._cond:
             self._wait_for(lambda: self._sample_allowed(batch_size), timeout, "sample")
             total = store.tree.total
-            slots = store.tree.sample(self._rng.random(batch_size))  # [B]
-            probs = store.tree.leaves()[slots] / total  # [B]
+            refreshed = 0
+            if self.reanalyse_fraction > 0:
+                refreshed = int(self.reanalyse_fraction * batch_size + 0.5)
+                self._reanalyse_wanted += refreshed
+                if store.refreshed_tree.total <= 0.0:
+                    refreshed = 0
+            if refreshed == 0:
+                slots = store.tree.sample(self._rng.random(batch_size))  # [B]
+                probs = store.tree.leaves()[slots] / total  # [B]
+            else:
+                uniforms = self._rng.random(batch_size)
+                slots = np.concatenate([store.refreshed_tree.sample(uniforms[:refreshed]),
+                                        store.tree.sample(uniforms[refreshed:])])
+                f = refreshed / batch_size   # the batch's share, exactly
+                probs = ((1.0 - f) * store.tree.leaves()[slots] / total
+                         + f * store.refreshed_tree.leaves()[slots] / store.refreshed_tree.total)
             index = store.global_index(slots)
             num_sampleable = store.num_sampleable
             parts = build_targets(store, slots, tc.num_unroll_steps, tc.td_steps, tc.discount,
@@ -194,6 +222,9 @@ class Replay:
             if self.next_observations:
                 next_frames, next_actions = gather_next_inputs(
                     store, slots, parts["policy_slot"], self.stack_frames, self.is_image)
+            if store.target_version is not None:
+                policy_slot = parts["policy_slot"]
+                versions = np.where(policy_slot >= 0, store.target_version[np.maximum(policy_slot, 0)], -1)
             boot = parts["boot_slot"]  # [B, K+1]
             has_boot = boot >= 0
             if values_fn is None:
@@ -229,6 +260,8 @@ class Replay:
             "importance_weight": weights.astype(np.float32),
             "index": index.astype(np.int64),
         }
+        if store.target_version is not None:
+            batch["target_version"] = versions.astype(np.int64)
         if self.next_observations:
             following = self._assemble(next_frames, next_actions)           # [B*K, *input_shape]
             batch["next_observation"] = following.reshape(batch_size, tc.num_unroll_steps,
@@ -239,6 +272,46 @@ class Replay:
         if not self.is_image:
             return frames
         return assemble_image_input(frames, frame_actions, self.descriptor.num_actions)
+
+    # ------------------------------------------------------------------ reanalyse
+    def reanalyse_positions(self, count: int, rng: np.random.Generator) -> Optional[dict]:
+        """``count`` positions drawn by priority (with ``rng``, not the training sampler's
+        generator) for the reanalyse worker, or None while nothing is sampleable:
+        index [M] int64 (global), observation [M, *input_shape] (the network input, as in
+        a batch), legal_mask [M, A] bool (all True for envs without masks), to_play [M]."""
+        store = self._store
+        with self._cond:
+            if self._closed:
+                raise ReplayClosedError("replay closed")
+            if store.tree.total <= 0.0:
+                return None
+            slots = store.tree.sample(rng.random(int(count)))
+            index = store.global_index(slots)
+            frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
+            legal = (store.legal_masks[slots] if store.legal_masks is not None
+                     else np.ones((len(slots), self.descriptor.num_actions), np.bool_))
+            to_play = store.to_play[slots].astype(np.int64)
+        return {"index": index.astype(np.int64), "observation": self._assemble(frames, frame_actions),
+                "legal_mask": legal, "to_play": to_play}
+
+    def write_reanalysed(self, index: np.ndarray, policies: np.ndarray, root_values: np.ndarray,
+                         version: int) -> int:
+        """Stores reanalysed policy targets [M, A] and root values [M] (the player to move's
+        view) of positions ``index`` [M] (from :meth:`reanalyse_positions`), made with
+        weights ``version``; those positions join the refreshed pool that a fraction of
+        every batch is drawn from. Evicted positions are skipped; returns how many were
+        written. ValueError for malformed or non-finite values."""
+        with self._cond:
+            written = self._store.write_reanalysed(index, policies, root_values, version)
+            self._reanalyse_written += written
+            return written
+
+    def reanalyse_backlog(self) -> int:
+        """Rows training has meant to draw from refreshed positions minus positions
+        refreshed so far (since this replay was built or loaded): > 0 when the worker is
+        behind the trainer's demand."""
+        with self._cond:
+            return self._reanalyse_wanted - self._reanalyse_written
 
     # ------------------------------------------------------------------ priorities, sizes
     def update_priorities(self, index: np.ndarray, priorities: np.ndarray) -> int:
@@ -274,7 +347,12 @@ class Replay:
                     "num_episodes": len(s.episodes), "num_sampleable": s.num_sampleable,
                     "inserted_steps": self._limiter.inserted, "sampled": self._limiter.sampled,
                     "bytes_used": s.bytes_used, "bytes_allocated": s.bytes_allocated,
-                    "max_priority": s.max_priority, "fill": s.num_steps / s.capacity}
+                    "max_priority": s.max_priority, "fill": s.num_steps / s.capacity,
+                    **({} if s.target_version is None else {
+                        "reanalysed_live": int(np.count_nonzero(
+                            s.target_version[s.sampleable] >= 0)),
+                        "reanalyse_wanted": self._reanalyse_wanted,
+                        "reanalyse_written": self._reanalyse_written})}
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, directory: str) -> None:

@@ -21,6 +21,8 @@ Per-step arrays (slot-indexed)::
     priorities    [C] float32          raw priority (before the exponent alpha)
     sampleable    [C] bool             False while the frame history is incomplete
     slot_segment  [C] int32            row of the segment table holding the slot
+    target_version [C] int64           only with reanalyse: weights version of the slot's
+                                       policy target and root value (-1: the actor's)
 
 Segment table (row = segment id % C; at most C live segments since each has >= 1
 step): ``seg_episode, seg_start, seg_length, seg_first_slot, seg_prev, seg_next``
@@ -179,10 +181,13 @@ class TrajectoryStore:
       history: past steps a position needs stored to be sampleable (see module doc).
       priority_exponent: alpha; leaf weight = max(priority, min_priority) ** alpha.
       min_priority: lower clip of priorities.
+      reanalyse: keep ``target_version`` and a second sum tree, ``refreshed_tree``, whose
+        leaves are the main tree's for positions with a reanalysed target (version >= 0)
+        and 0 elsewhere (docs/REANALYSE.md).
     """
 
     def __init__(self, descriptor: EnvDescriptor, capacity: int, history: int,
-                 priority_exponent: float, min_priority: float):
+                 priority_exponent: float, min_priority: float, reanalyse: bool = False):
         c, a = int(capacity), int(descriptor.num_actions)
         self.descriptor = descriptor
         self.capacity = c
@@ -204,6 +209,8 @@ class TrajectoryStore:
             setattr(self, name, np.full(c, -1, np.int64))
         self.seg_end = np.zeros(c, np.int8)
         self.tree = SumTree(c)
+        self.target_version = np.full(c, -1, np.int64) if reanalyse else None
+        self.refreshed_tree = SumTree(c) if reanalyse else None
         self.head = 0          # global index of the next step to insert
         self.tail = 0          # global index of the oldest stored step
         self.seg_head = 0      # id of the next segment
@@ -226,7 +233,8 @@ class TrajectoryStore:
     def bytes_per_step(self) -> int:
         """Bytes of one stored step across the per-step arrays, including its sum-tree leaf."""
         per = sum(arr[0].nbytes for arr in self._step_arrays())
-        return int(per + self.tree.tree.itemsize)
+        trees = 1 if self.refreshed_tree is None else 2
+        return int(per + trees * self.tree.tree.itemsize)
 
     def bytes_per_segment(self) -> int:
         return int(sum(getattr(self, n).itemsize for n in _SEG_FIELDS) + self.seg_end.itemsize)
@@ -240,14 +248,25 @@ class TrajectoryStore:
     def bytes_allocated(self) -> int:
         """Bytes of every preallocated array (live or not), sum tree included."""
         seg = sum(getattr(self, n).nbytes for n in _SEG_FIELDS) + self.seg_end.nbytes
-        return int(sum(arr.nbytes for arr in self._step_arrays()) + seg + self.tree.nbytes)
+        trees = self.tree.nbytes + (0 if self.refreshed_tree is None else self.refreshed_tree.nbytes)
+        return int(sum(arr.nbytes for arr in self._step_arrays()) + seg + trees)
 
     def _step_arrays(self):
         arrays = [self.observations, self.actions, self.rewards, self.root_values, self.policies,
                   self.to_play, self.priorities, self.sampleable, self.slot_segment]
         if self.legal_masks is not None:
             arrays.append(self.legal_masks)
+        if self.target_version is not None:
+            arrays.append(self.target_version)
         return arrays
+
+    def _set_leaves(self, slots: np.ndarray, weights: np.ndarray) -> None:
+        """Sets leaf weights in the sum tree, and in the refreshed tree where the slot's
+        target was reanalysed (0 elsewhere)."""
+        self.tree.set(slots, weights)
+        if self.refreshed_tree is not None:
+            refreshed = self.target_version[np.asarray(slots, np.int64)] >= 0
+            self.refreshed_tree.set(slots, np.where(refreshed, weights, 0.0))
 
     # ------------------------------------------------------------------ insert
     def _stored_end(self, episode_id: int):
@@ -311,11 +330,13 @@ class TrajectoryStore:
             prio = np.maximum(seg["priorities"], np.float32(self.min_priority))
             self.max_priority = max(self.max_priority, float(prio.max()))
         self.priorities[slots] = prio
+        if self.target_version is not None:
+            self.target_version[slots] = -1
         steps = start + np.arange(t, dtype=np.int64)
         ok = (chain_first == 0) | (steps >= chain_first + self.history)  # [T]
         self.sampleable[slots] = ok
         self.num_sampleable += int(ok.sum())
-        self.tree.set(slots, np.where(ok, self._weights(prio), 0.0))
+        self._set_leaves(slots, np.where(ok, self._weights(prio), 0.0))
         self.slot_segment[slots] = row
 
         self.seg_episode[row] = episode_id
@@ -343,7 +364,7 @@ class TrajectoryStore:
         slots = (self.seg_first_slot[row] + np.arange(length, dtype=np.int64)) % c
         self.num_sampleable -= int(self.sampleable[slots].sum())
         self.sampleable[slots] = False
-        self.tree.set(slots, np.zeros(length))
+        self._set_leaves(slots, np.zeros(length))
         episode_id = int(self.seg_episode[row])
         next_id = int(self.seg_next[row])
         self.tail += length
@@ -364,7 +385,7 @@ class TrajectoryStore:
             lost = (self.seg_first_slot[r] + np.arange(count, dtype=np.int64)) % c
             self.num_sampleable -= int(self.sampleable[lost].sum())
             self.sampleable[lost] = False
-            self.tree.set(lost, np.zeros(count))
+            self._set_leaves(lost, np.zeros(count))
             sid = int(self.seg_next[r])
 
     # ------------------------------------------------------------------ priorities
@@ -391,8 +412,41 @@ class TrajectoryStore:
         prio = np.maximum(priorities[live].astype(np.float32), np.float32(self.min_priority))
         self.priorities[slots] = prio
         self.max_priority = max(self.max_priority, float(prio.max()))
-        self.tree.set(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
+        self._set_leaves(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
         return int(index.size)
+
+    # ------------------------------------------------------------------ reanalyse
+    def write_reanalysed(self, index: np.ndarray, policies: np.ndarray, root_values: np.ndarray,
+                         version: int) -> int:
+        """Replaces the policy targets [M, A] and root values [M] of live global indices
+        [M] with reanalysed ones made with weights ``version``; evicted indices are
+        skipped. Returns how many were written."""
+        if self.target_version is None:
+            raise ValueError("this replay keeps no reanalysed targets (targets.reanalyse_fraction is 0)")
+        index = np.asarray(index)
+        if index.ndim != 1 or index.dtype.kind not in "iu":
+            raise ValueError(f"index must be a [M] integer array, got {index.shape} {index.dtype}")
+        a = self.policies.shape[1]
+        policies = np.asarray(policies, np.float32)
+        root_values = np.asarray(root_values, np.float32)
+        if policies.shape != (index.size, a) or root_values.shape != index.shape:
+            raise ValueError(f"policies {policies.shape} / root_values {root_values.shape} must be "
+                             f"[{index.size}, {a}] / [{index.size}]")
+        _check_finite("root_values", root_values, MAX_ABS_SCALAR)
+        _check_finite("policies", policies, 1.0 + 1e-3)
+        if policies.size and (policies.min() < 0 or np.max(np.abs(policies.sum(axis=1) - 1.0)) > 1e-3):
+            raise ValueError("reanalysed policies must be non-negative rows that sum to 1 (tolerance 1e-3)")
+        if isinstance(version, bool) or not 0 <= int(version) < 2**62:
+            raise ValueError(f"version={version!r} must be an integer in [0, 2**62)")
+        live = (index >= self.tail) & (index < self.head)
+        slots = index[live].astype(np.int64) % self.capacity
+        if slots.size == 0:
+            return 0
+        self.policies[slots] = policies[live]
+        self.root_values[slots] = root_values[live]
+        self.target_version[slots] = int(version)
+        self.refreshed_tree.set(slots, self.tree.leaves()[slots])
+        return int(slots.size)
 
     # ------------------------------------------------------------------ state
     _COUNTERS = ("head", "tail", "seg_head", "seg_tail", "max_priority", "num_sampleable",
@@ -403,6 +457,8 @@ class TrajectoryStore:
                  "priorities", "sampleable", "slot_segment", "seg_end", *_SEG_FIELDS]
         if self.legal_masks is not None:
             names.append("legal_masks")
+        if self.target_version is not None:
+            names.append("target_version")
         return names
 
     def state(self) -> tuple[dict, dict]:
@@ -418,6 +474,10 @@ class TrajectoryStore:
 
     def load_state(self, arrays: dict, counters: dict) -> None:
         for name in self.array_fields():
+            if name == "target_version" and name not in arrays:
+                # A snapshot written without reanalyse: its stored targets are the actors'.
+                self.target_version[...] = -1
+                continue
             target, source = getattr(self, name), arrays[name]
             if source.shape != target.shape or source.dtype != target.dtype:
                 raise ValueError(f"snapshot array '{name}' is {source.shape} {source.dtype}, "
@@ -429,3 +489,7 @@ class TrajectoryStore:
         self.tree.tree[:] = 0.0
         self.tree.leaves()[:] = np.where(self.sampleable, self._weights(self.priorities), 0.0)
         self.tree.rebuild()
+        if self.refreshed_tree is not None:
+            self.refreshed_tree.tree[:] = 0.0
+            self.refreshed_tree.leaves()[:] = np.where(self.target_version >= 0, self.tree.leaves(), 0.0)
+            self.refreshed_tree.rebuild()

@@ -59,12 +59,19 @@ class MuZeroBuilder(core.Builder):
         from muzero.rpc.config import CacheServiceConfig
         # One cache slot per acting env (twice, so a restarted actor's new lease never waits
         # for the old one's timeout), each with a node per simulation plus the root.
+        # The reanalyse worker (targets.reanalyse_fraction > 0) leases one batch of slots too.
+        envs = settings.total_envs
+        if settings.config.targets.reanalyse_fraction > 0 and not settings.config.pretrain.enabled:
+            envs += settings.config.targets.reanalyse_batch_size
         config = CacheServiceConfig(max_nodes=settings.config.search.num_nodes,
-                                    cache_slots=max(256, 2 * settings.total_envs))
+                                    cache_slots=max(256, 2 * envs))
         service = MuZeroService(learner.trainer.serving, config,
                                 push_segments_handler=learner.push_segments,
                                 learner_info_handler=learner.learner_info)
         service.set_weights_version(learner.training_step)
+        attach = getattr(learner, "attach_service", None)   # MuZeroLearner: the reanalyse worker's service
+        if attach is not None:
+            attach(service)
         return service
 
     def actor_target(self):

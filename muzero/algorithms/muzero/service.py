@@ -13,6 +13,11 @@ Methods (all on ``/muzero.MuZero/``; tensors and error codes in docs/PROTOCOL.md
 * ``push_segments``, ``learner_info``: delegated to handlers the learner supplies
   (``InMemoryLearnerHandlers`` is a test stand-in). ``server_stats``: counters.
 
+``LocalClient`` (``service.local_client(...)``) calls ``initial_inference`` and
+``recurrent_inference`` from inside the learner process (the reanalyse worker): its
+requests are validated like a gRPC request's and queue in the same batches as the
+actors', without the wire encoding or the network.
+
 Consistency hook for the learner: every batch runs the model while holding
 ``service.model_lock``. A learner that trains the served model in place applies
 its updates under that lock (``with service.model_lock: apply_gradients(...)``) and
@@ -251,6 +256,11 @@ class MuZeroService(core.InferenceService):
         self.server = server
         return server
 
+    def local_client(self, actor_id: int, num_envs: int, num_nodes: int,
+                     timeout_s: float = 60.0) -> "LocalClient":
+        """An in-process client of this service's cache-mode inference (after ``bind``)."""
+        return LocalClient(self, actor_id, num_envs, num_nodes, timeout_s)
+
     def stats(self, reset: bool = False) -> dict:
         out = self.server.stats(reset) if self.server is not None else {}
         out.update({"cache/live_leases": self.leases.num_active,
@@ -423,6 +433,59 @@ class MuZeroService(core.InferenceService):
         with self.model_lock:
             outs = self._runner.recurrent_ship(batch.inputs["hidden_state"], batch.inputs["action"])
         return self._ship_outputs(outs)
+
+
+class LocalClient:
+    """Cache-mode inference from inside the learner process, batched with the actors' calls.
+
+    ``register()`` leases ``num_envs`` cache slots (as an actor's ``register`` would, with
+    its own ``actor_id``); ``initial_inference`` / ``recurrent_fn`` then submit requests
+    to the service's batched methods on the bound server, so they share batches (and the
+    weights version) with the gRPC requests of the actors. ``release()`` gives the slots
+    back: hold a lease only while searching, since with ``close_when_all_leases_waiting``
+    every live lease is waited for before a batch closes early. Errors are the server's
+    ``RequestError`` (e.g. the lease expired, or UNAVAILABLE while the server stops).
+    One thread uses one client.
+    """
+
+    def __init__(self, service: MuZeroService, actor_id: int, num_envs: int, num_nodes: int,
+                 timeout_s: float = 60.0):
+        import secrets
+        self.service = service
+        self.actor_id, self.num_envs, self.num_nodes = int(actor_id), int(num_envs), int(num_nodes)
+        self.run_id = secrets.randbits(63)
+        self.timeout_s = float(timeout_s)
+        self.lease: Optional[int] = None
+
+    def _method(self, name: str):
+        server = self.service.server
+        if server is None or server.port is None:
+            raise RuntimeError(f"LocalClient.{name}: the service is not bound to a started server")
+        return server._batched[name]   # the same queue the gRPC handler submits to
+
+    def register(self) -> None:
+        self.lease = self.service.leases.register(self.actor_id, self.run_id, self.num_envs,
+                                                  self.num_nodes).lease_id
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.service.leases.release(self.lease)
+            self.lease = None
+
+    def initial_inference(self, observations: np.ndarray) -> dict:
+        """observations [E, *input_shape] -> dict(value [E], policy_logits [E, A],
+        weights_version int); the root states go to node 0 of the leased slots."""
+        t = {"lease": np.int64(self.lease), "observation": np.asarray(observations, self.service.input_dtype)}
+        out = self._method("initial_inference").submit(self.service._prep_initial(t, None), self.timeout_s)
+        return {"value": out["value"], "policy_logits": out["policy_logits"],
+                "weights_version": int(out["weights_version"])}
+
+    def recurrent_fn(self, parent_node, action, new_node):
+        """The search driver's callback: (reward [E], value [E], policy_logits [E, A])."""
+        t = {"lease": np.int64(self.lease), "parent_node": np.asarray(parent_node, np.int32),
+             "action": np.asarray(action, np.int32), "new_node": np.asarray(new_node, np.int32)}
+        out = self._method("recurrent_inference").submit(self.service._prep_recurrent(t, None), self.timeout_s)
+        return out["reward"], out["value"], out["policy_logits"]
 
 
 def serve(model, config: CacheServiceConfig = CacheServiceConfig(), *,
