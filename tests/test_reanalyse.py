@@ -196,8 +196,10 @@ def test_refreshed_targets_and_versions_survive_a_snapshot(tmp_path):
 
 def test_the_worker_batches_with_an_actor_through_the_server():
     from muzero.rpc.client import InferenceClient
-    # A long initial wait: the batch closes when both live leases (actor, worker) have a request in.
-    server, service = serve_toy(initial_max_wait_ms=10_000.0, recurrent_max_wait_ms=1.0)
+    # An initial_inference batch closes 0.5 s after its first request: the actor's and the
+    # worker's, sent together, meet in it.
+    server, service = serve_toy(initial_max_wait_ms=500.0, recurrent_max_wait_ms=1.0,
+                                close_when_all_leases_waiting=False)
     try:
         rep = fill(make_replay(fraction=0.5))
         config = SearchConfig(num_simulations=4, discount=0.9)
@@ -272,3 +274,40 @@ def test_bad_fraction_on_the_command_line_is_one_line():
     assert out.returncode != 0
     assert out.stdout.strip() + out.stderr.strip() == \
         "error: TargetConfig.reanalyse_fraction=2 is invalid: must be in [0.0, 1.0]"
+
+
+def test_the_learner_runs_the_worker_through_its_service():
+    # The builder hands the learner its service; the first step starts the worker, whose
+    # refreshed rows then make half of a batch; versions stay out of the train step.
+    import envs
+    from muzero import algorithms, core
+    from muzero.learner.settings import replace_sections
+    builder = algorithms.get("muzero")
+    settings = replace_sections(builder.default_settings("cartpole"), {
+        "search": {"num_simulations": 3}, "training": {"batch_size": 8},
+        "replay": {"min_steps_to_sample": 1, "capacity_steps": 512},
+        "targets": {"reanalyse_fraction": 0.5, "reanalyse_batch_size": 8}})
+    descriptor = envs.describe("cartpole")
+    learner = builder.make_learner(settings, descriptor, core.RunContext())
+    server = BatchingServer(ServerConfig())
+    service = builder.make_service(settings, descriptor, learner, core.RunContext(), None)
+    service.bind(server)
+    server.start()
+    try:
+        service.set_weights_version(0)
+        rng = np.random.default_rng(0)
+        obs = rng.normal(size=(30, 4)).astype(np.float32)
+        learner.replay.insert(dict(segment(1, 0, 30, rng), observations=obs, actions=np.zeros(30, np.int32),
+                                   policies=np.full((30, 2), 0.5, np.float32)))
+        assert learner.step() is not None and learner.reanalyse is not None
+        deadline = time.monotonic() + 20
+        while learner.reanalyse.positions < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        metrics = learner.step()
+        assert metrics["reanalyse/batch_fraction"] >= 0.5 and metrics["reanalyse/errors"] == 0
+        # The second step trains at step 1 on targets made with the version-0 weights.
+        assert metrics["reanalyse/weights_version"] == 0 and metrics["reanalyse/target_age"] == 1
+    finally:
+        learner.close()
+        server.stop(grace=0)
+    assert learner.reanalyse._thread is None and service.leases.num_active == 0

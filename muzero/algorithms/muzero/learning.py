@@ -277,13 +277,13 @@ class MuZeroLearner(core.Learner):
         versions = batch.pop("target_version", None)   # [B, K+1]; only with reanalyse
         if self.symmetries is not None:
             batch = augment_board_batch(batch, self.symmetries, self.rng)
+        step = self.training_step
         metrics, priorities = self.trainer.train(batch)
         self.replay.update_priorities(batch["index"], priorities)
-        if versions is not None:
+        if versions is not None:   # rows whose step-0 target was reanalysed, and how many steps ago
             fresh = versions[:, 0] >= 0
             metrics["reanalyse/batch_fraction"] = float(fresh.mean())
-            metrics["reanalyse/target_age"] = float(np.mean(self.training_step - versions[fresh, 0])) \
-                if fresh.any() else 0.0
+            metrics["reanalyse/target_age"] = float(np.mean(step - versions[fresh, 0])) if fresh.any() else 0.0
             if self.reanalyse is not None:
                 metrics.update(self.reanalyse.stats())
         return metrics
