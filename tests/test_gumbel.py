@@ -202,3 +202,22 @@ def test_search_policy_plays_the_gumbel_choice_and_refuses_a_root_hook():
                root_action_fn=lambda tree, sim: np.zeros(batch, np.int32))
     with pytest.raises(Exception, match="root_selection"):
         SearchConfig(root_selection="ucb")
+
+
+def test_equal_returns_added_in_another_order_tie_to_the_lowest_id():
+    # As tests/test_mcts_parity.py's test of that name, with Gumbel MuZero's root in
+    # evaluation (no noise, equal priors): with two actions sequential halving alternates
+    # (0, 0, 1, 1, 2, 2, 3, ...), and at simulation 6 both root children have the same
+    # three returns, added in another order. Once their Q differed by an ulp, the rescaled
+    # sigma (span floored at 1e-8) turned that into 1e-7 and child 1 won; now they tie.
+    from tests.test_mcts_parity import ReorderedReturnsNetwork
+    v, lists = -0.5, [[-0.8, -0.7, 0.0], [-0.7, -0.8, 0.0]]
+    config = SearchConfig(root_selection="gumbel", num_simulations=7, discount=0.997, max_depth=2)
+    net = ReorderedReturnsNetwork(v, lists)
+    result = search(RootOutputs(np.zeros(1, np.float32), np.zeros((1, 2), np.float32)), net, config,
+                    np.random.default_rng(0), add_noise=False)
+    ref = run_gumbel_mcts(config, 0.0, [0.0, 0.0], None, 0, ReorderedReturnsNetwork(v, lists).one, [0.0, 0.0])
+    assert [a for p, a, _ in net.trace if p == 0] == [0, 1]
+    assert net.trace[6] == (1, 0, 7)   # root action 0 (node 1), then its leaf again
+    assert net.trace == ref["trace"]
+    assert result.action[0] == ref["action"] == 0   # 4 visits against 3

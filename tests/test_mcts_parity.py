@@ -7,6 +7,7 @@ every simulation, the same root visit counts and argmax action, and root values 
 values equal to 1e-6.
 """
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -162,3 +163,60 @@ def test_ties_between_equal_priors_match_reference(use_masks):
                        net.one_tree(b), None)
         assert [(int(p[b]), int(a[b]), int(n[b])) for p, a, n in net.trace] == ref["trace"]
         np.testing.assert_array_equal(result.visit_counts[b], ref["visit_counts"])
+
+
+class ReorderedReturnsNetwork:
+    """Two root actions with equal priors and one legal action below each; with
+    max_depth=2 that grandchild is evaluated again on every visit, with the next value of
+    ``grandchild_values[root action]``. Root child a is therefore backed up its own value
+    v, then 0.997 w, 0.997 w' in the order of its list: the same returns for both root
+    children when the lists are permutations of each other, added in another order."""
+
+    def __init__(self, child_value, grandchild_values):
+        self.child_value, self.grandchild_values = np.float32(child_value), grandchild_values
+        self.paths, self.used, self.trace = {0: ()}, [0, 0], []
+
+    def one(self, parent, action, new):
+        path = self.paths[parent] + (action,)
+        self.paths[new] = path
+        self.trace.append((parent, action, new))
+        value = self.child_value
+        if len(path) > 1:
+            value = np.float32(self.grandchild_values[path[0]][self.used[path[0]]])
+            self.used[path[0]] += 1
+        return np.float32(0.0), value, np.zeros(2, np.float32), np.array([True, False])
+
+    def __call__(self, parent, action, new):   # recurrent_fn of a batch of one tree
+        reward, value, logits, mask = self.one(int(parent[0]), int(action[0]), int(new[0]))
+        return np.array([reward]), np.array([value]), logits[None], mask[None]
+
+
+def test_equal_returns_added_in_another_order_tie_to_the_lowest_id():
+    # Root child 0 gets the returns v, d*w1, d*w2 (simulations 0, 2, 5) and child 1 the same
+    # three in the order v, d*w2, d*w1 (simulations 1, 3, 4). Added naively, the second sum
+    # is one unit in the last place larger, so simulation 6, which finds both children with
+    # equal priors, 3 visits each and mathematically equal Q, took child 1; the sums are
+    # exact now (docs/SEARCH.md, "Ties") and the tie goes to the lowest id, action 0.
+    v, w1, w2, d = -0.5, -0.8, -0.7, 0.997
+    g1, g2 = d * float(np.float32(w1)), d * float(np.float32(w2))
+    assert (v + g1) + g2 != (v + g2) + g1          # the naive sums differ ...
+    assert math.fsum([v, g1, g2]) == math.fsum([v, g2, g1])   # ... the exact ones cannot
+    lists = [[w1, w2, 0.0], [w2, w1, 0.0]]
+    config = SearchConfig(num_simulations=7, discount=d, max_depth=2)
+    root = RootOutputs(np.zeros(1, np.float32), np.zeros((1, 2), np.float32))
+    net = ReorderedReturnsNetwork(v, lists)
+    search(root, net, config, np.random.default_rng(0), add_noise=False)
+    ref = run_mcts(config, 0.0, [0.0, 0.0], None, 0, ReorderedReturnsNetwork(v, lists).one, None)
+    assert net.trace[:6] == [(0, 0, 1), (0, 1, 2), (1, 0, 3), (2, 0, 4), (2, 0, 5), (1, 0, 6)]
+    assert net.trace[6] == (1, 0, 7)               # root action 0 (node 1), then its leaf again
+    assert net.trace == ref["trace"]
+    # After the six simulations both Q values are the exact mean, bit for bit, in the kernels
+    # (tree edges) and in the reference.
+    config6 = SearchConfig(num_simulations=6, discount=d, max_depth=2)
+    result = search(root, ReorderedReturnsNetwork(v, lists), config6, np.random.default_rng(0),
+                    add_noise=False)
+    ref6 = run_mcts(config6, 0.0, [0.0, 0.0], None, 0, ReorderedReturnsNetwork(v, lists).one, None)
+    exact = d * (math.fsum([v, g1, g2]) / 3)
+    assert result.tree.children_q[0, 0, :2].tolist() == [exact, exact]
+    assert [ref6["root"].children[a].value() * d for a in (0, 1)] == [exact, exact]
+    assert result.tree.node_value_sum[0, 1] == result.tree.node_value_sum[0, 2] == math.fsum([v, g1, g2])

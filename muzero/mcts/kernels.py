@@ -16,7 +16,11 @@ action, which stands for all unvisited ones. The formulas are those of
 :mod:`muzero.mcts.reference` (the MuZero pseudocode) with the floating-point work
 arranged for speed (pUCT factor from a table, ``1 / (max - min)``, a polynomial exp,
 sums in four lanes), so results agree with the reference to rounding, not bit for bit;
-the parity tests demand identical decisions and values to 1e-6 (docs/SEARCH.md).
+the parity tests demand identical decisions and values to 1e-6 (docs/SEARCH.md). What
+decides ties is the exception: value sums (exact, see :func:`_add_return`), Q and the
+pUCT score are computed by the same operations in the same order as the reference, so
+equal inputs give equal scores and the lowest action id wins ("Ties" in docs/SEARCH.md).
+No kernel uses fastmath: it would let LLVM reassociate exactly these operations.
 
 Imports only NumPy, Numba and the standard library; never TensorFlow.
 """
@@ -78,7 +82,8 @@ def exp_nonpositive(x):
 # ``child_ids`` (the same memory as int32 [B, N, 2 R]: int fields and child ids, child k
 # of a node at ``child_ids[b, node, _CHILDREN + k]``). A level of the descent reads the
 # node's lines and its children's first lines (loads that do not wait on each other)
-# instead of three [A] rows of the Tree; the backup touches one line per node on its path.
+# instead of three [A] rows of the Tree; the backup touches one line per node on its path
+# and the value-sum error in the second (which the descent has just read for the ids).
 _VISITS = 0            # N, times the node was on a backed-up path
 _VALUE_SUM = 1         # sum of backed-up returns (node's player)
 _EXPLORATION = 2       # c(N) * sqrt(N + offset), the pUCT factor for the current N
@@ -91,7 +96,9 @@ _UNVISITED_ACTION = 13  # legal action without a child with the largest prior (l
 _NUM_CHILDREN = 14     # existing children
 # second line:
 _UNVISITED_PRIOR = 8   # prior of that action (a float64 field)
-_CHILDREN = 18         # int32 index of the first child id
+_VALUE_ERROR = 9       # rounding errors of the _VALUE_SUM additions (TwoSum): the value sum
+#                        is _VALUE_SUM + _VALUE_ERROR, see _add_return
+_CHILDREN = 20         # int32 index of the first child id
 
 
 def allocate_records(batch_size, num_nodes, num_actions):
@@ -287,6 +294,7 @@ def init_roots(node_visits, node_value_sum, node_reward, node_raw_value, node_pa
         node_depth[b, 0] = 0
         records[b, 0, _VISITS] = 0.0
         records[b, 0, _VALUE_SUM] = 0.0
+        records[b, 0, _VALUE_ERROR] = 0.0
         records[b, 0, _PRIOR] = 0.0
         records[b, 0, _EXPLORATION] = exploration_table[0]
         if bound_low <= bound_high:
@@ -305,6 +313,29 @@ def init_roots(node_visits, node_value_sum, node_reward, node_raw_value, node_pa
                     children_prior[b, 0, a] = mixed
             _next_unvisited(children_index, children_prior, records, child_ids, b, 0)
     return num_bad
+
+
+@njit(cache=True, inline='always')
+def _add_return(records, b, node, g):
+    """Adds the return ``g`` to the node's value sum; returns the value sum, rounded once.
+
+    The sum is kept as a pair: _VALUE_SUM is the running floating-point sum and
+    _VALUE_ERROR collects the rounding error of each addition, found exactly by Knuth's
+    TwoSum (no branch, six additions; valid without fastmath, which would reassociate it
+    away). While the errors add up without rounding, which holds unless a node's returns
+    span extreme magnitudes (docs/SEARCH.md, "Ties"), the pair is the exact sum of the
+    returns and ``sum + error`` is that exact sum correctly rounded: the same float
+    whatever order the returns came in, so Q values that are sums of the same returns
+    tie exactly. :mod:`muzero.mcts.reference` does the same additions.
+    """
+    total = records[b, node, _VALUE_SUM]
+    new_total = total + g
+    moved = new_total - total
+    error = (total - (new_total - moved)) + (g - moved)
+    new_error = records[b, node, _VALUE_ERROR] + error
+    records[b, node, _VALUE_SUM] = new_total
+    records[b, node, _VALUE_ERROR] = new_error
+    return new_total + new_error
 
 
 @njit(cache=True)
@@ -360,6 +391,7 @@ def _attach_backup_range(first, stop, sim, parents, actions, reward, value, node
             records[b, new_node, _PRIOR] = records[b, replaced, _PRIOR]
             records[b, new_node, _VISITS] = records[b, replaced, _VISITS]
             records[b, new_node, _VALUE_SUM] = records[b, replaced, _VALUE_SUM]
+            records[b, new_node, _VALUE_ERROR] = records[b, replaced, _VALUE_ERROR]
         else:
             count = child_ids[b, parent, _NUM_CHILDREN]
             child_ids[b, parent, _CHILDREN + count] = new_node
@@ -367,6 +399,7 @@ def _attach_backup_range(first, stop, sim, parents, actions, reward, value, node
             records[b, new_node, _PRIOR] = children_prior[b, parent, action]
             records[b, new_node, _VISITS] = 0.0
             records[b, new_node, _VALUE_SUM] = 0.0
+            records[b, new_node, _VALUE_ERROR] = 0.0
             if child_ids[b, parent, _UNVISITED_ACTION] == action:
                 _next_unvisited(children_index, children_prior, records, child_ids, b, parent)
         node_parent[b, new_node] = parent
@@ -379,9 +412,8 @@ def _attach_backup_range(first, stop, sim, parents, actions, reward, value, node
         g = np.float64(value[b])
         node = new_node
         while node != 0:
-            value_sum = records[b, node, _VALUE_SUM] + g
+            value_sum = _add_return(records, b, node, g)
             visits = records[b, node, _VISITS] + 1.0
-            records[b, node, _VALUE_SUM] = value_sum
             records[b, node, _VISITS] = visits
             records[b, node, _EXPLORATION] = exploration_table[int(visits)]
             r = node_reward[b, node]
@@ -392,9 +424,8 @@ def _attach_backup_range(first, stop, sim, parents, actions, reward, value, node
             high = max(high, q)
             low = min(low, q)
             node = node_parent[b, node]
-        value_sum = records[b, 0, _VALUE_SUM] + g
+        value_sum = _add_return(records, b, 0, g)
         visits = records[b, 0, _VISITS] + 1.0
-        records[b, 0, _VALUE_SUM] = value_sum
         records[b, 0, _VISITS] = visits
         records[b, 0, _EXPLORATION] = exploration_table[int(visits)]
         q = discount * (value_sum / visits)
@@ -482,7 +513,7 @@ def sync_tree(node_visits, node_value_sum, node_reward, node_raw_value, node_par
     for b in range(node_visits.shape[0]):
         for node in range(last_node + 1):
             node_visits[b, node] = int(records[b, node, _VISITS])
-            node_value_sum[b, node] = records[b, node, _VALUE_SUM]
+            node_value_sum[b, node] = records[b, node, _VALUE_SUM] + records[b, node, _VALUE_ERROR]
             if node > 0:
                 parent = node_parent[b, node]
                 node_depth[b, node] = node_depth[b, parent] + 1

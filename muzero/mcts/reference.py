@@ -15,7 +15,13 @@ is marked ``# deviation:`` and listed in docs/SEARCH.md:
   gives the highest);
 - the softmax subtracts the largest legal logit before ``exp``;
 - an interior node whose legal mask allows nothing treats every action as legal;
-- the parent-visit offset (SEED) and a depth cut-off are options.
+- the parent-visit offset (SEED) and a depth cut-off are options;
+- floating-point work that decides ties is done in the kernels' order (see "Ties" in
+  docs/SEARCH.md): value sums are a running sum plus the TwoSum rounding errors of its
+  additions (the exact sum of the returns, rounded once: independent of the order the
+  returns arrive in), the pUCT score is ``E * (prior / (n + 1)) + (q - min) * (1 /
+  (max - min))`` with ``E = c(N) * sqrt(N + offset)``, and the completed Q of Gumbel
+  MuZero sums over children in the order their nodes were first created.
 
 Each simulation ``s`` numbers the node it creates ``s + 1`` (the root is 0), the same
 wire contract as the kernels, so tests can compare (parent, action, new node) per step.
@@ -43,7 +49,8 @@ class MinMaxStats:
 
     def normalize(self, value: float) -> float:
         if self.maximum > self.minimum:
-            return (value - self.minimum) / (self.maximum - self.minimum)
+            # deviation (tie-exact arithmetic): times the reciprocal, as the kernels.
+            return (value - self.minimum) * (1.0 / (self.maximum - self.minimum))
         return value
 
 
@@ -53,9 +60,11 @@ class Node:
         self.to_play = 0
         self.prior = prior
         self.value_sum = 0.0
+        self.value_error = 0.0   # TwoSum rounding errors of the value_sum additions
         self.children = {}
         self.reward = 0.0
         self.node_id = -1
+        self.first_id = -1   # node id of the first evaluation (kept across depth cut-offs)
         self.depth = depth
         self.raw_value = 0.0   # the network's value when the node was expanded (Gumbel MuZero)
 
@@ -65,7 +74,16 @@ class Node:
     def value(self) -> float:
         if self.visit_count == 0:
             return 0.0
-        return self.value_sum / self.visit_count
+        # deviation (tie-exact arithmetic): value_sum + value_error is the exact sum of the
+        # returns, rounded once here, so the order they arrived in does not matter.
+        return (self.value_sum + self.value_error) / self.visit_count
+
+    def add_return(self, value: float):
+        """value_sum += value, with the rounding error kept by Knuth's TwoSum."""
+        total = self.value_sum + value
+        moved = total - self.value_sum
+        self.value_error += (self.value_sum - (total - moved)) + (value - moved)
+        self.value_sum = total
 
 
 def _sign(parent: Optional[Node], child: Node) -> float:
@@ -82,8 +100,10 @@ def _q(parent: Node, child: Node, discount: float) -> float:
 def ucb_score(config, parent: Node, child: Node, min_max_stats: MinMaxStats) -> float:
     pb_c = math.log((parent.visit_count + config.pb_c_base + 1) / config.pb_c_base) + config.pb_c_init
     # deviation (option): SEED adds parent_visit_offset = 1; the paper uses 0.
-    pb_c *= math.sqrt(parent.visit_count + config.parent_visit_offset) / (child.visit_count + 1)
-    prior_score = pb_c * child.prior
+    pb_c *= math.sqrt(parent.visit_count + config.parent_visit_offset)
+    # deviation (tie-exact arithmetic): c(N) sqrt(N + offset) times prior / (n + 1), the
+    # kernels' order (the pseudocode divides pb_c by n + 1 first).
+    prior_score = pb_c * (child.prior / (child.visit_count + 1))
     if child.visit_count > 0:
         value_score = min_max_stats.normalize(_q(parent, child, config.discount))
     else:
@@ -134,7 +154,7 @@ def backpropagate(search_path: List[Node], value: float, discount: float,
     for i in range(len(search_path) - 1, -1, -1):
         node = search_path[i]
         parent = search_path[i - 1] if i > 0 else None
-        node.value_sum += value
+        node.add_return(value)   # deviation: node.value_sum += value, as an exact sum
         node.visit_count += 1
         min_max_stats.update(node.reward + discount * (_sign(parent, node) * node.value()))
         value = node.reward + discount * (_sign(parent, node) * value)
@@ -164,6 +184,8 @@ def run_mcts(config, root_value: float, root_logits: Sequence[float],
             search_path.append(node)
         parent = search_path[-2]
         node.node_id = sim + 1
+        if node.first_id < 0:
+            node.first_id = node.node_id
         trace.append((parent.node_id, action, node.node_id))
         reward, value, logits, mask = network(parent.node_id, action, node.node_id)
         to_play = 1 - parent.to_play if config.two_player else parent.to_play
@@ -200,20 +222,35 @@ def considered_visits(max_num_considered: int, num_simulations: int) -> List[int
     return sequence[:num_simulations]
 
 
-def completed_sigma(config, node: Node) -> dict:
-    """mctx's qtransform_completed_by_mix_value over the node's (legal) actions: {a: sigma(a)}."""
+def completed_sigma(config, node: Node, creation_order: bool = True) -> dict:
+    """mctx's qtransform_completed_by_mix_value over the node's (legal) actions: {a: sigma(a)}.
+
+    The mixed value sums over the visited children in the order their nodes were first
+    created (the kernels' selection), or in action order with ``creation_order=False`` (the
+    kernels' root outputs, computed from the synced Tree)."""
     actions = sorted(node.children)
     visits = {a: node.children[a].visit_count for a in actions}
     q = {a: _q(node, node.children[a], config.discount) for a in actions if visits[a] > 0}
     probs = {a: max(node.children[a].prior, 2.2250738585072014e-308) for a in actions}
     sum_visits = sum(visits.values())
-    sum_probs = sum(probs[a] for a in actions if visits[a] > 0)
-    weighted_q = sum(probs[a] * q[a] / sum_probs for a in actions if visits[a] > 0)
-    mixed = (node.raw_value + sum_visits * weighted_q) / (sum_visits + 1)
+    # deviation (tie-exact arithmetic): the kernels' sums, over the visited children in the
+    # order they were first created, and sum(p q) / sum(p) instead of mctx's sum(p q / sum(p)).
+    visited = [a for a in actions if visits[a] > 0]
+    if creation_order:
+        visited.sort(key=lambda a: node.children[a].first_id)
+    sum_probs = 0.0
+    sum_pq = 0.0
+    for a in visited:
+        sum_probs += probs[a]
+        sum_pq += probs[a] * q[a]
+    mixed = node.raw_value if sum_visits == 0 else (
+        (node.raw_value + sum_visits * (sum_pq / sum_probs)) / (sum_visits + 1))
     completed = {a: q[a] if visits[a] > 0 else mixed for a in actions}
     low, high = min(completed.values()), max(completed.values())
-    scale = config.gumbel_maxvisit_init + max(visits.values())
-    return {a: scale * config.gumbel_value_scale * (completed[a] - low) / max(high - low, 1e-8) for a in actions}
+    # deviation (tie-exact arithmetic): the scale first, then times (q - min), as the kernels.
+    scale = (config.gumbel_maxvisit_init + max(visits.values())) * config.gumbel_value_scale / max(
+        high - low, 1e-8)
+    return {a: scale * (completed[a] - low) for a in actions}
 
 
 def _log_softmax(values: dict) -> dict:
@@ -272,6 +309,8 @@ def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], roo
             search_path.append(node)
         parent = search_path[-2]
         node.node_id = sim + 1
+        if node.first_id < 0:
+            node.first_id = node.node_id
         trace.append((parent.node_id, action, node.node_id))
         reward, value, logits, mask = network(parent.node_id, action, node.node_id)
         to_play = 1 - parent.to_play if config.two_player else parent.to_play
@@ -279,7 +318,7 @@ def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], roo
         node.raw_value = float(value)
         backpropagate(search_path, float(value), config.discount, MinMaxStats(None))
     num_actions = len(root_logits)
-    sigma = completed_sigma(config, root)
+    sigma = completed_sigma(config, root, creation_order=False)
     log_improved = _log_softmax({a: root_logp[a] + sigma[a] for a in root.children})
     improved = [math.exp(log_improved[a]) if a in log_improved else 0.0 for a in range(num_actions)]
     most = max(c.visit_count for c in root.children.values())

@@ -42,7 +42,8 @@ class Tree(NamedTuple):
     """
 
     node_visits: np.ndarray      # [B, N] int32   times the node was on a backed-up path
-    node_value_sum: np.ndarray   # [B, N] float64 sum of backed-up returns (node's player)
+    node_value_sum: np.ndarray   # [B, N] float64 sum of backed-up returns (node's player;
+    #                              the exact sum rounded once, whatever their order)
     node_reward: np.ndarray      # [B, N] float64 reward of the edge into the node (0 at the root)
     node_raw_value: np.ndarray   # [B, N] float64 the network's value when the node was created
     node_parent: np.ndarray      # [B, N] int32   parent node id (-1 at the root)
