@@ -79,3 +79,23 @@ def test_unroll_queue_back_pressure_and_close():
     q.close()
     t.join(2)
     assert blocked == [False] and q.dropped == 1       # close wakes it; the unroll is dropped
+
+
+def test_a_put_blocked_on_a_full_queue_gives_up_when_the_run_stops():
+    # At shutdown the learner takes no more batches: a blocked put (an actor's inference
+    # call) must return within a poll period, not hold the actors until they are killed.
+    import threading
+    import time
+    stop = threading.Event()
+    q = UnrollQueue(1, stop)
+    assert q.put({"i": 0})
+    result = []
+    t = threading.Thread(target=lambda: result.append(q.put({"i": 1})))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()                                # full and running: it waits
+    begin = time.monotonic()
+    stop.set()
+    t.join(2)
+    assert result == [False] and q.dropped == 1 and time.monotonic() - begin < 1.0
+    assert len(q) == 1 and not q.put({"i": 2})         # later puts on the full queue drop too

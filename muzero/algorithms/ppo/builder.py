@@ -89,7 +89,7 @@ class PPOBuilder(StreamingBuilder):
                               f"{list(trainable_parts)} are a MuZero option")
         self.check_env(descriptor)
         from muzero.algorithms.ppo.learning import PPOLearner
-        return PPOLearner(descriptor, settings.config, seed=settings.seed)
+        return PPOLearner(descriptor, settings.config, seed=settings.seed, stop_event=context.stop_event)
 
 
 

@@ -21,6 +21,7 @@ Imports NumPy, TensorFlow and the package's PPO, config and queue modules.
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -187,14 +188,15 @@ class PPOLearner(CheckpointedLearner):
     ALGO = ALGO
     STATE_JSON = PPO_STATE
 
-    def __init__(self, descriptor, config: PPOConfig, seed: int = 0):
+    def __init__(self, descriptor, config: PPOConfig, seed: int = 0,
+                 stop_event: Optional[threading.Event] = None):
         self.descriptor = descriptor
         self.config = config
         t = config.training
         self.networks = make_networks(descriptor, config, seed=seed)
         self.serving = make_networks(descriptor, config, seed=seed)
         self.policy = PPOPolicy(self.serving, seed=seed + 1)
-        self.queue = UnrollQueue(t.batch_size)
+        self.queue = UnrollQueue(t.batch_size, stop_event)   # the run's: puts stop waiting at shutdown
         self.rng = np.random.default_rng([seed, 7])
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.policy_optimizer = _make_optimizer(t.policy_learning_rate, t)

@@ -330,7 +330,7 @@ class VTraceLearner(CheckpointedLearner):
         self.descriptor = descriptor
         self.context = context or core.RunContext(settings.seed)
         self.rng = np.random.default_rng(settings.seed)
-        self.queue = UnrollQueue(queue_capacity or self.training_config.batch_size)
+        self.queue = UnrollQueue(queue_capacity or self.training_config.batch_size, self.context.stop_event)
         self.network = make_network(descriptor, self.config.network, seed=settings.seed)
         self.serving = make_network(descriptor, self.config.network, seed=settings.seed,
                                     name="vtrace_serving")
