@@ -76,8 +76,8 @@ flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/ste
 flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
 flags.DEFINE_float("export_every_secs", None, "Also export a SavedModel to <logdir>/export/step-<N> every this many "
                    "seconds while training (default 0: only at the end), so a killed run leaves a recent export.")
-flags.DEFINE_integer("keep_exports", None, "Periodic exports kept on disk, oldest deleted first (default 5; 0 keeps "
-                     "all). The final export is always written.")
+flags.DEFINE_integer("keep_exports", None, "Exports kept in <logdir>/export (periodic ones and those of earlier "
+                     "sessions), oldest step deleted first after each export (default 5; 0 keeps all).")
 flags.DEFINE_enum("launcher", None, ["local", "ray"], "Where actors run: local (processes on this machine, the "
                   "default) or ray (Ray actors, restarted by Ray when they fail; pip install -e '.[ray]').")
 flags.DEFINE_string("ray_address", None, "--launcher=ray: empty (default) starts a Ray instance on 127.0.0.1 "

@@ -44,8 +44,8 @@ class RunSettings:
     # Export a SavedModel to <logdir>/export/step-<N> every this many seconds while training
     # (0: only the final export), so a run killed by a scheduler still leaves a recent one.
     export_every_secs: float = 0.0
-    # Periodic exports kept on disk (the oldest are deleted; the final export is always
-    # written); 0 keeps all of them.
+    # step-<N> exports kept in <logdir>/export after each export (the oldest steps are
+    # deleted, earlier sessions' included); 0 keeps all of them.
     keep_exports: int = 5
     # Where the actors run: "local" (processes on this machine, muzero.launch.local) or "ray"
     # (Ray actors, muzero.launch.ray_actors; needs the ray extra).

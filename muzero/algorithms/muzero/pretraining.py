@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from muzero import core
-from muzero.algorithms.muzero.learning import MuZeroLearner, make_optimizer, rng_state, set_rng_state
+from muzero.algorithms.muzero.learning import MuZeroLearner, make_optimizer, set_rng_state
 from muzero.config import ConfigError, MuZeroConfig
 from muzero.distribute import host_seed
 from muzero.learner.checkpoints import RestoreSummary, restore_parts
@@ -179,11 +179,8 @@ class PretrainLearner(core.Learner):
     def copy_to_serving(self, _model=None) -> None:
         self.trainer.copy_to_serving()
 
-    def save(self, directory: str) -> None:
-        self.trainer.checkpoint.write(os.path.join(directory, "model"))
-        self.replay.snapshot(os.path.join(directory, "replay"))
-        with open(os.path.join(directory, "learner.json"), "w") as f:
-            json.dump({"rng": rng_state(self.rng), "segments": self.segments}, f)
+    # The files of a MuZero checkpoint: model, replay snapshot, learner.json (RNG, segments).
+    save = MuZeroLearner.save
 
     def restore(self, directory: str) -> None:
         self.trainer.checkpoint.read(os.path.join(directory, "model")).assert_existing_objects_matched()
