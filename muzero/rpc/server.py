@@ -323,6 +323,12 @@ class BatchingServer:
 
         self._add(service, name, call)
 
+    def submit_batched(self, name: str, item, timeout: Optional[float]) -> dict:
+        """Submits an already prepared request to the batched method ``name`` (as bound by
+        ``bind_batched``; ``service/name`` for another service) from inside this process:
+        it joins the same batches as the gRPC requests. Returns that request's outputs."""
+        return self._batched[name].submit(item, timeout)
+
     def _add(self, service: str, name: str, fn) -> None:
         if self._server is not None:
             raise RuntimeError(f"bind {name!r} before start()")

@@ -457,11 +457,11 @@ class LocalClient:
         self.timeout_s = float(timeout_s)
         self.lease: Optional[int] = None
 
-    def _method(self, name: str):
+    def _submit(self, name: str, item) -> dict:
         server = self.service.server
         if server is None or server.port is None:
             raise RuntimeError(f"LocalClient.{name}: the service is not bound to a started server")
-        return server._batched[name]   # the same queue the gRPC handler submits to
+        return server.submit_batched(name, item, self.timeout_s)   # the gRPC handler's queue
 
     def register(self) -> None:
         self.lease = self.service.leases.register(self.actor_id, self.run_id, self.num_envs,
@@ -476,7 +476,7 @@ class LocalClient:
         """observations [E, *input_shape] -> dict(value [E], policy_logits [E, A],
         weights_version int); the root states go to node 0 of the leased slots."""
         t = {"lease": np.int64(self.lease), "observation": np.asarray(observations, self.service.input_dtype)}
-        out = self._method("initial_inference").submit(self.service._prep_initial(t, None), self.timeout_s)
+        out = self._submit("initial_inference", self.service._prep_initial(t, None))
         return {"value": out["value"], "policy_logits": out["policy_logits"],
                 "weights_version": int(out["weights_version"])}
 
@@ -484,7 +484,7 @@ class LocalClient:
         """The search driver's callback: (reward [E], value [E], policy_logits [E, A])."""
         t = {"lease": np.int64(self.lease), "parent_node": np.asarray(parent_node, np.int32),
              "action": np.asarray(action, np.int32), "new_node": np.asarray(new_node, np.int32)}
-        out = self._method("recurrent_inference").submit(self.service._prep_recurrent(t, None), self.timeout_s)
+        out = self._submit("recurrent_inference", self.service._prep_recurrent(t, None))
         return out["reward"], out["value"], out["policy_logits"]
 
 
