@@ -243,9 +243,15 @@ class TargetConfig:
     # Positions per reanalyse search (the worker's lease on the inference service: one
     # batch of this many trees, like an actor with this many envs).
     reanalyse_batch_size: int = 128
+    # Root noise in the reanalyse search, as the training actors' (Dirichlet with pUCT,
+    # Gumbel with Gumbel roots), as EfficientZero and LightZero reanalyse. Without it the
+    # refreshed visit distribution follows the prior and sharpens it: in CartPole runs with
+    # half of each batch reanalysed the greedy policy collapsed to one action (return ~9).
+    reanalyse_root_noise: bool = True
 
     def __post_init__(self):
         check_bool(self, "reanalyse_values")
+        check_bool(self, "reanalyse_root_noise")
         check_float(self, "reanalyse_fraction", 0.0, 1.0)
         check_int(self, "reanalyse_batch_size", 1, 1024)
         check_int(self, "num_unroll_steps", 0, 1000)

@@ -89,13 +89,31 @@ def direct_search(observations, config):
 
 
 @pytest.mark.parametrize("root_selection", ["puct", "gumbel"])
+def test_root_noise_is_on_by_default_and_changes_the_targets(toy_server, root_selection):
+    # The actors' root noise (Dirichlet / Gumbel) in the worker's search: the refreshed
+    # targets differ from the noiseless search of the same positions, and two workers with
+    # different seeds disagree.
+    config = SearchConfig(num_simulations=16, discount=0.9, root_selection=root_selection)
+    targets = []
+    for seed in (1, 2):
+        rep = fill(make_replay(fraction=0.5))
+        worker = ReanalyseWorker(rep, toy_server, config, VECTOR, batch_size=8, seed=seed)
+        assert worker.run_once() == 8
+        refreshed = np.flatnonzero(rep._store.target_version[:40] >= 0)
+        noiseless, _ = direct_search(rep._store.observations[refreshed], config)
+        assert not np.array_equal(rep._store.policies[refreshed], noiseless)
+        targets.append(rep._store.policies[:40].copy())
+    assert not np.array_equal(targets[0], targets[1])
+
+
+@pytest.mark.parametrize("root_selection", ["puct", "gumbel"])
 def test_refreshed_positions_get_the_search_target_and_the_served_version(toy_server, root_selection):
     config = SearchConfig(num_simulations=16, discount=0.9, root_selection=root_selection)
     rep = fill(make_replay(fraction=0.5))
     store = rep._store
     before = store.policies[:40].copy()
     toy_server.set_weights_version(17)                  # what the loop does after publishing step 17
-    worker = ReanalyseWorker(rep, toy_server, config, VECTOR, batch_size=8, seed=1)
+    worker = ReanalyseWorker(rep, toy_server, config, VECTOR, batch_size=8, seed=1, root_noise=False)
     assert worker.run_once() == 8
     refreshed = np.flatnonzero(store.target_version[:40] >= 0)
     assert 1 <= len(refreshed) <= 8                     # 8 draws by priority, repeats possible

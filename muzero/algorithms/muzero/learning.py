@@ -223,7 +223,8 @@ class MuZeroLearner(core.Learner):
         from muzero.algorithms.muzero.reanalyse import ReanalyseWorker
         t = self.config.targets
         self.reanalyse = ReanalyseWorker(self.replay, self._service, self.config.search, self.descriptor,
-                                         t.reanalyse_batch_size, seed=host_seed(self.settings.seed, 0))
+                                         t.reanalyse_batch_size, seed=host_seed(self.settings.seed, 0),
+                                         root_noise=t.reanalyse_root_noise)
         self.reanalyse.start()
 
     # -- ingestion (gRPC threads) --------------------------------------------------------------

@@ -4,9 +4,10 @@
 
 1. draw ``batch_size`` stored positions by priority (``Replay.reanalyse_positions``, with
    the worker's own generator, so the training sampler's stream is untouched);
-2. run the actors' search on them (``acting.SearchPolicy`` in evaluation mode: the same
-   Numba ``muzero.mcts.search``, pUCT or Gumbel roots per ``search.root_selection``, no
-   root noise, in-tree legal masks for two-player board games), asking the learner's
+2. run the actors' search on them (``acting.SearchPolicy``: the same Numba
+   ``muzero.mcts.search``, pUCT or Gumbel roots per ``search.root_selection``, the
+   actors' root noise unless ``root_noise`` is off (``targets.reanalyse_root_noise``),
+   in-tree legal masks for two-player board games), asking the learner's
    inference service through a ``service.LocalClient``: its requests join the actors'
    batches and read the same served weights;
 3. write the search's ``policy_target`` (visit distribution, or Gumbel MuZero's improved
@@ -49,11 +50,13 @@ class ReanalyseWorker:
       seed: the worker's generator (positions drawn).
       lead: positions the worker may refresh beyond the trainer's demand (default 2 rounds).
       log: where failures are reported.
+      root_noise: add the training actors' root noise (Dirichlet or Gumbel); off, the
+        targets are a function of the position and the weights.
     """
 
     def __init__(self, replay: Replay, service, search_config: SearchConfig, descriptor,
                  batch_size: int, seed: int = 0, lead: Optional[int] = None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, root_noise: bool = True):
         self.replay = replay
         self.service = service
         self.config = search_config
@@ -61,8 +64,9 @@ class ReanalyseWorker:
         self.lead = 2 * self.batch_size if lead is None else int(lead)
         self.log = log
         self.rng = np.random.default_rng([int(seed), 0x5EA7])
+        # evaluation=False: the actors' root noise (the move it picks is not used).
         self.policy = SearchPolicy(search_config, self.batch_size, descriptor.num_actions, self.rng,
-                                   evaluation=True,
+                                   evaluation=not root_noise,
                                    in_tree_masks=descriptor.has_legal_mask and descriptor.two_player)
         self.client = service.local_client(REANALYSE_ACTOR_ID, self.batch_size, search_config.num_nodes)
         self.searches = 0
