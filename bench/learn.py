@@ -3,10 +3,11 @@
     python bench/learn.py [--algo=muzero|vtrace|ppo] --env=cartpole --seeds=3 [--minutes=10] [--target=475]
         One run per seed with a greedy evaluation actor; the evaluation return is the mean
         of the last 20 evaluation episodes. Per seed and then overall (medians) it prints
-        minutes_to_target=, env_steps_to_target= and solved_seeds=<k>/<n> as the last
-        lines (a seed that never gets there counts as inf). For CartPole also
-        minutes_to_195= and minutes_to_solve= (475), as before. --target defaults per env:
-        cartpole and gym:CartPole-v1 475; other envs need --target. --stop_at_target ends a
+        minutes_to_target=, env_steps_to_target=, final_eval_return= (the evaluation
+        return at the end of the budget) and solved_seeds=<k>/<n> as the last lines (a seed
+        that never gets there counts as inf). For CartPole also minutes_to_195= and
+        env_steps_to_195= and minutes_to_solve= (475). --target defaults per env: cartpole and
+        gym:CartPole-v1 475, minatar:Breakout 10; other envs need --target. --stop_at_target ends a
         run as soon as it reaches the target (the time-to-target figures are unchanged).
 
     python bench/learn.py --algo=sac --env=reach --seeds=3 --minutes=5 [-- --set=training.her_relabels=0]
@@ -35,7 +36,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0, "gym:Pendulum-v1": -200.0}
+# minatar:Breakout: the MinAtar paper's DQN final training return, read from its curves
+# (docs/MINATAR.md "Published baselines").
+TARGETS = {"cartpole": 475.0, "gym:CartPole-v1": 475.0, "gym:Pendulum-v1": -200.0, "minatar:Breakout": 10.0}
 SUCCESS_TARGET = 0.9       # goal envs: success rate of the exported policy over 100 episodes
 
 
@@ -91,7 +94,7 @@ def minutes_to(recs: list, threshold: float) -> float:
 
 def learn(args) -> None:
     name = args.env.replace(":", "_").replace("/", "_")
-    minutes, steps, to_195 = [], [], []
+    minutes, steps, to_195, steps_195, finals = [], [], [], [], []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
@@ -104,15 +107,20 @@ def learn(args) -> None:
         line = f"seed={seed} minutes_to_target={m:.2f} env_steps_to_target={n:.0f}"
         if args.cartpole:
             to_195.append(minutes_to(recs, 195.0))
-            line += f" minutes_to_195={to_195[-1]:.2f} minutes_to_solve={m:.2f}"
-        print(f"{line} final_eval_return={recs[-1].get('return_eval')}", flush=True)
+            steps_195.append(reached(recs, 195.0)[1])
+            line += f" minutes_to_195={to_195[-1]:.2f} env_steps_to_195={steps_195[-1]:.0f} minutes_to_solve={m:.2f}"
+        finals.append(recs[-1].get("return_eval"))
+        print(f"{line} final_eval_return={finals[-1]}", flush=True)
     solved = sum(m <= args.minutes for m in minutes)
     if args.cartpole:
         print(f"minutes_to_195={statistics.median(to_195):.2f}")
+        print(f"env_steps_to_195={statistics.median(steps_195):.0f}")
         print(f"minutes_to_solve={statistics.median(minutes):.2f}")
     print(f"target={args.target:g}")
     print(f"minutes_to_target={statistics.median(minutes):.2f}")
     print(f"env_steps_to_target={statistics.median(steps):.0f}")
+    known = [f for f in finals if f is not None]
+    print(f"final_eval_return={statistics.median(known) if known else float('nan'):.2f}")
     print(f"solved_seeds={solved}/{args.seeds}")
 
 

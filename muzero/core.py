@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import threading
 from typing import Any, Callable, Optional
 
@@ -185,6 +186,18 @@ class Launcher(abc.ABC):
     def stop(self) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named bundle of settings for a purpose (``--preset``), documented where it is defined.
+
+    ``sections``: {section: {field: value}} config changes, applied as if given with --set
+    (the user's own --set values for the same fields win); ``top``: RunSettings fields
+    (num_actors, envs_per_actor, ...), which the matching flags override."""
+    description: str
+    sections: dict
+    top: dict = dataclasses.field(default_factory=dict)
+
+
 class Builder(abc.ABC):
     """Makes one algorithm's parts. One instance per algorithm, in ``muzero.algorithms``.
 
@@ -200,6 +213,9 @@ class Builder(abc.ABC):
     # whether it plays two-player alternating games; ``check_env`` refuses other envs.
     action_kinds: tuple = ("discrete",)
     two_player: bool = False
+    # Named bundles of settings (``--preset=<name>``): {name: Preset}. A preset is applied
+    # over the per-env defaults and under the user's own flags and --set values.
+    presets: dict = {}
 
     @abc.abstractmethod
     def default_settings(self, env: str):

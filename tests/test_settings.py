@@ -99,3 +99,43 @@ def test_a_put_blocked_on_a_full_queue_gives_up_when_the_run_stops():
     t.join(2)
     assert result == [False] and q.dropped == 1 and time.monotonic() - begin < 1.0
     assert len(q) == 1 and not q.put({"i": 2})         # later puts on the full queue drop too
+
+
+def _cli_settings(argv: list):
+    from absl import flags
+
+    from muzero.learner import __main__ as cli
+    flags.FLAGS.unparse_flags()
+    try:
+        flags.FLAGS(["learner", *argv])
+        return cli.build_settings()[0]
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_preset_sits_over_the_defaults_and_under_the_users_flags():
+    from muzero.algorithms.muzero.defaults import FEW_ENV_STEPS
+    plain = _cli_settings(["--env=cartpole"])
+    preset = _cli_settings(["--env=cartpole", "--preset=few_env_steps"])
+    for section, fields in FEW_ENV_STEPS.sections.items():
+        for field, value in fields.items():
+            assert getattr(getattr(preset.config, section), field) == value, (section, field)
+    for field, value in FEW_ENV_STEPS.top.items():
+        assert getattr(preset, field) == value != getattr(plain, field)
+    # Untouched fields keep the env's defaults.
+    assert preset.config.training.learning_rate == plain.config.training.learning_rate
+    assert preset.config.network == plain.config.network
+    mine = _cli_settings(["--env=cartpole", "--preset=few_env_steps", "--simulations=7",
+                          "--set=replay.samples_per_insert=3", "--envs_per_actor=5"])
+    assert mine.config.search.num_simulations == 7 and mine.envs_per_actor == 5
+    assert mine.config.replay.samples_per_insert == 3.0
+    assert mine.config.replay.segment_length == FEW_ENV_STEPS.sections["replay"]["segment_length"]
+
+
+def test_unknown_preset_names_the_known_ones():
+    from muzero.learner.__main__ import UsageError
+    with pytest.raises(UsageError, match=r"--preset='fast' is not a preset of --algo=muzero \(its presets: "
+                                         r"few_env_steps\)"):
+        _cli_settings(["--env=cartpole", "--preset=fast"])
+    with pytest.raises(UsageError, match=r"not a preset of --algo=ppo \(its presets: none\)"):
+        _cli_settings(["--algo=ppo", "--env=cartpole", "--preset=few_env_steps"])

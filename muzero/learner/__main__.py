@@ -55,6 +55,9 @@ flags.DEFINE_multi_string("set", [], "Override any config field: section.field=v
                           "the error for a wrong one lists them), value as JSON, e.g. "
                           "network.value_support='{\"low\": -5, \"high\": 5, \"num_bins\": 11}'. "
                           "Repeatable; all are applied together.")
+flags.DEFINE_string("preset", None, "A named bundle of settings over the per-env defaults (your other flags "
+                    "and --set values still win). MuZero: few_env_steps (sample efficiency for envs whose steps "
+                    "are expensive: a high replay ratio, few envs, small segments; docs/PRESETS.md).")
 flags.DEFINE_string("config", None, "Start from a saved config.json (e.g. a previous run's) instead of the "
                     "per-env defaults; other flags still override it.")
 flags.DEFINE_string("host", "127.0.0.1", "Interface the inference server binds. Non-loopback addresses "
@@ -168,6 +171,14 @@ def build_settings():
     except Exception as e:  # unknown env or module (e.g. gym:nosuchmodule:Foo-v0), bad --env_options
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
     changes: dict = {}
+    if FLAGS.preset:
+        presets = algorithms.get(settings.algo).presets
+        if FLAGS.preset not in presets:
+            raise UsageError(f"--preset={FLAGS.preset!r} is not a preset of --algo={settings.algo} "
+                             f"(its presets: {', '.join(sorted(presets)) or 'none'})")
+        preset = presets[FLAGS.preset]
+        changes = {section: dict(fields) for section, fields in preset.sections.items()}
+        settings = dataclasses.replace(settings, **preset.top)
     shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),
                  ("learning_rate", "training", "learning_rate"), ("pretrain", "pretrain", "enabled"))
     for flag, section, field in shortcuts:
@@ -227,6 +238,10 @@ def main(argv):
                                  tls_key_file=FLAGS.tls_key_file, auth_token_file=FLAGS.auth_token_file)
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
                                  tls_server_name="localhost" if FLAGS.tls_cert_file else None)
+    if FLAGS.preset:
+        from muzero import algorithms
+        print(f"preset {FLAGS.preset}: {algorithms.get(settings.algo).presets[FLAGS.preset].description}",
+              flush=True)
     if notes:
         print("defaults fitted to the env (set a field with --set to override it):\n"
               + "\n".join(f"  {note}" for note in notes), flush=True)

@@ -14,6 +14,7 @@ class MuZeroBuilder(core.Builder):
     config_class = MuZeroConfig
     ingestion = "trajectory"
     two_player = True
+    presets = defaults.PRESETS
 
     def default_settings(self, env: str):
         return defaults.run_defaults(env)

@@ -13,6 +13,7 @@ import math
 
 from muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig, TargetConfig,
                            TrainingConfig)
+from muzero.core import Preset
 from muzero.learner.settings import RunSettings, replace_sections
 
 
@@ -184,6 +185,25 @@ def _minatar(env: str) -> RunSettings:
 
 
 _DEFAULTS = {"cartpole": _cartpole, "tictactoe": _tictactoe, "atari": _atari}
+
+
+# -- Presets (--preset=<name>; docs/PRESETS.md) ----------------------------------------------------------
+
+# few_env_steps: learn from as few env steps as possible when steps are expensive (a real
+# robot, a slow simulator), paying in training compute per env step. Measured on CartPole
+# (docs/BENCHMARKS.md): see docs/PRESETS.md for each value's reason.
+FEW_ENV_STEPS = Preset(
+    description="few env steps per unit of learning: 8 envs, segments of 10 steps, 128 samples "
+                "(one batch of 128) per env step, sampling from 200 stored steps, 50 simulations, "
+                "the temporal consistency loss at weight 2",
+    sections={"replay": {"samples_per_insert": 128.0, "samples_per_insert_tolerance": 1_000.0,
+                         "min_steps_to_sample": 200, "segment_length": 10},
+              "search": {"num_simulations": 50},
+              "training": {"consistency_loss_weight": 2.0}},
+    top={"envs_per_actor": 8},
+)
+
+PRESETS = {"few_env_steps": FEW_ENV_STEPS}
 
 
 def run_defaults(env: str) -> RunSettings:
