@@ -1,0 +1,60 @@
+"""The linear probe of bench/pretrain_finetune.py (balanced accuracy of a weighted ridge classifier)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from pretrain_finetune import ridge_probe, steps_to_reach  # noqa: E402
+
+# Training rows x = 0, 1, 2, 3 labelled F, F, T, T: the fitted line crosses zero at x = 1.5.
+TRAIN_X = [0.0, 1.0, 2.0, 3.0]
+TRAIN_Y = [False, False, True, True]
+
+
+def probe(test_x, test_y):
+    x = np.array(TRAIN_X + test_x)[:, None]
+    y = np.array(TRAIN_Y + test_y)
+    train = np.arange(len(x)) < len(TRAIN_X)
+    return ridge_probe(x, y, train, l2=1e-6)
+
+
+def test_separable_held_out_rows_score_one():
+    assert probe([0.5, 1.2, 1.8, 2.9], [False, False, True, True]) == pytest.approx(1.0)
+
+
+def test_inverted_held_out_labels_score_zero():
+    assert probe([0.5, 2.5], [True, False]) == pytest.approx(0.0)
+
+
+def test_balanced_accuracy_averages_the_two_classes():
+    # Held out: x = 0, 0.5, 3 are negatives, x = 2.5 positive. Predictions (x > 1.5):
+    # F, F, T, T -> positives 1/1 right, negatives 2/3 right -> (1 + 2/3) / 2.
+    assert probe([0.0, 0.5, 3.0, 2.5], [False, False, False, True]) == pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_classes_weighted_equally():
+    # Training: negatives at x = 0 (nine times) and -1, positives at 1 and 2. With each
+    # class weighing 1/2 the weighted means are -0.1 and 1.5 and the line crosses zero at
+    # their midpoint x = 0.7 (slope 0.8 / 0.81 about the weighted mean 0.7, where the
+    # weighted mean label is 0). Unweighted least squares would cross at 0.875
+    # (x-bar 1/6, y-bar -2/3, slope 5.33 / 5.67), calling the held-out positive at 0.8
+    # negative.
+    x = np.array([0.0] * 9 + [1.0, 2.0, -1.0, 0.8, 0.1])[:, None]
+    y = np.array([False] * 9 + [True, True, False, True, False])
+    train = np.arange(len(x)) < 12
+    assert ridge_probe(x, y, train, l2=1e-6) == pytest.approx(1.0)
+
+
+def test_one_class_is_refused():
+    with pytest.raises(ValueError, match="held-out rows hold only one class"):
+        probe([0.5, 2.5], [False, False])
+
+
+def test_steps_to_reach_needs_twenty_evaluation_episodes():
+    recs = [{"return_eval": 12.0, "episodes_eval": 5, "env_steps": 100},
+            {"return_eval": 9.0, "episodes_eval": 25, "env_steps": 200},
+            {"return_eval": 11.0, "episodes_eval": 30, "env_steps": 300}]
+    assert steps_to_reach(recs, 10.0) == 300.0
+    assert steps_to_reach(recs, 20.0) == float("inf")
