@@ -326,12 +326,11 @@ def _run_steps(trainer, batch) -> dict:
     return res
 
 
-def _two_device_child() -> dict:
-    """Run as a script (logical CPU devices must be configured before TensorFlow starts):
-    three training steps of a Trainer on two devices; its draws, losses, priorities and
-    weights, and its serving copy's hidden states."""
-    from muzero.distribute import configure_devices
-    devices = configure_devices(2)
+def two_device_steps(devices: list) -> dict:
+    """In the two-device child process (conftest.two_device_child: logical CPU devices must
+    be configured before TensorFlow starts): three training steps of a Trainer on
+    ``devices``; its draws, losses, priorities and weights, and its serving copy's hidden
+    states."""
     from muzero.algorithms.muzero.learning import Trainer
     board, config, batch = _two_device_setup()
     two = Trainer(board, config, seed=SEED_2DEV, devices=devices)
@@ -343,15 +342,9 @@ def _two_device_child() -> dict:
     return res
 
 
-def test_two_devices_equal_one_with_skipping_and_consistency():
-    import subprocess
-    import sys
-    from e2e_helpers import ROOT, subprocess_env
+def test_two_devices_equal_one_with_skipping_and_consistency(two_device_child):
     from muzero.algorithms.muzero.learning import Trainer
-    env = dict(subprocess_env(), CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The one-device reference, computed here while the child runs.
+    # The one-device reference, computed here.
     board, config, batch = _two_device_setup()
     one = Trainer(board, config, seed=SEED_2DEV)
     initial_head = [v.numpy().copy() for v in one.network.pretrain_head.trainable_variables]
@@ -359,9 +352,7 @@ def test_two_devices_equal_one_with_skipping_and_consistency():
     obs = batch["observation"]
     full = one.network.initial_inference(obs)["hidden_state"].numpy()
     skipped = one.network.initial(tf.constant(obs), n_forward=tf.constant(1.0))["hidden_state"].numpy()
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
-    res = json.loads(out.strip().splitlines()[-1])
+    res = two_device_child["consistency"]
     assert res["n_forward"] == ref["n_forward"] and min(ref["n_forward"]) < 1.0
     # The first step agrees to float precision; later ones drift: one clean-clone CI run saw
     # 0.8 % on step 1's loss (a 2-device reduction order amplified by SGD at 0.1), while a
@@ -376,7 +367,3 @@ def test_two_devices_equal_one_with_skipping_and_consistency():
     # Serving runs every block: the trained network's full forward pass, not a skipping one.
     np.testing.assert_allclose(res["serving_hidden"], full, atol=1e-4)
     assert np.abs(full - skipped).max() > 1e-2
-
-
-if __name__ == "__main__":
-    print(json.dumps(_two_device_child()))

@@ -10,14 +10,13 @@ norm, the checkpoint's values.
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import pytest
 
-from e2e_helpers import ROOT, subprocess_env
+from e2e_helpers import ROOT
 
 K = 2          # unroll steps of the test batches
 BATCH = 8      # split over 2 replicas: 4 samples each
@@ -178,18 +177,20 @@ def _child() -> dict:
     res["sgd"] = {"one": _train(one, batches[:1]), "two": _train(two, batches[:1])}
     res["sgd"]["delta_one"] = [(v.numpy() - b).tolist() for v, b in zip(one.network.trainable_variables, before)]
     res["sgd"]["delta_two"] = [(v.numpy() - b).tolist() for v, b in zip(two.network.trainable_variables, before)]
+
+    # test_consistency's two-device steps (layer skipping + consistency loss), in this same
+    # child so that TensorFlow starts once.
+    from test_consistency import two_device_steps
+    res["consistency"] = two_device_steps(devices)
     return res
 
 
 # ------------------------------------------------------------------------- tests
 
 @pytest.fixture(scope="module")
-def child():
-    env = dict(subprocess_env(), CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def child(two_device_child):
+    """This file run as a script (conftest.two_device_child)."""
+    return two_device_child
 
 
 def _close(a, b, rtol=1e-5):
