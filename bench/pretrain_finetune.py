@@ -1,7 +1,7 @@
 """Pretraining then fine-tuning against training from scratch, per seed, plus a linear probe.
 
     python bench/pretrain_finetune.py --env=minatar:Breakout --seeds=3 [--minutes=30]
-        [--pretrain_steps=1500] [--probe_steps=1250] [-- extra learner flags for all runs]
+        [--pretrain_steps=1500] [--probe_steps=1250] [--probe_horizon=10] [-- extra learner flags]
 
 For each seed it runs three learner processes (``bench/learn.py``'s ``train``):
 
@@ -22,8 +22,10 @@ The comparison, pretraining frames and time counted:
 
 Linear probe (before the runs' comparison is printed): from ``--probe_steps`` steps of 16
 uniformly random envs (seeded apart from training), each position's network input
-(frame stack + action planes) is labelled with whether the step taken from it scores
-(reward > 0). A linear classifier (weighted ridge regression to +-1 labels, both classes
+(frame stack + action planes) is labelled with whether the episode scores (reward > 0)
+within the next ``--probe_horizon`` steps (1: the next step only; in Breakout that is
+linearly visible in the raw frame, the ball next to a brick, so it tells representations
+nothing apart; positions whose horizon runs past the collected steps are dropped). A linear classifier (weighted ridge regression to +-1 labels, both classes
 weighted equally) is fitted on 12 envs' positions and scored on the other 4 by balanced
 accuracy (0.5 = chance), for three feature sets: the raw input, the hidden state of a
 randomly initialised representation, and the hidden state of the pretrained one.
@@ -107,9 +109,26 @@ def ridge_probe(features: np.ndarray, labels: np.ndarray, train: np.ndarray, l2:
     return 0.5 * (float(np.mean(predicted[truth])) + float(np.mean(~predicted[~truth])))
 
 
+def scores_ahead(scores: np.ndarray, done: np.ndarray, horizon: int) -> np.ndarray:
+    """[T - horizon + 1, E] bool: whether the step from position t or one of the next
+    ``horizon - 1`` steps of the same episode scores. ``scores`` [T, E]: the step taken from
+    position t scored; ``done`` [T, E]: that step ended the episode (the next position
+    starts a new one)."""
+    scores, done = np.asarray(scores, bool), np.asarray(done, bool)
+    n = len(scores) - horizon + 1
+    if n < 1:
+        raise ValueError(f"{len(scores)} steps hold no position with a full horizon of {horizon}")
+    label = scores[:n].copy()
+    alive = np.ones_like(label)
+    for j in range(1, horizon):
+        alive &= ~done[j - 1:j - 1 + n]        # no episode end among steps t .. t+j-1
+        label |= alive & scores[j:j + n]
+    return label
+
+
 def probe_data(env: str, settings, steps: int, seed: int) -> tuple:
-    """(inputs [N, *input_shape] uint8, scores [N] bool, env index [N]) from uniformly random
-    play of PROBE_ENVS envs for ``steps`` steps each."""
+    """(inputs [T, E, *input_shape] uint8, scores [T, E] bool, done [T, E] bool) from
+    uniformly random play of PROBE_ENVS envs for ``steps`` steps each."""
     import envs
     from muzero.observation import FrameHistory
     batch = envs.make_batch(env, PROBE_ENVS, seed=seed)
@@ -121,23 +140,23 @@ def probe_data(env: str, settings, steps: int, seed: int) -> tuple:
     out = batch.reset()
     if image:
         history.start(out.observation, np.ones(PROBE_ENVS, bool))
-    inputs, scores = [], []
+    inputs, scores, ends = [], [], []
     for _ in range(steps):
         inputs.append(history.network_input() if image else np.array(out.observation))
         logits = np.where(out.legal_mask, rng.random(out.legal_mask.shape), -1.0)
         actions = logits.argmax(1)
         out = batch.step(actions)
         scores.append(out.reward > 0)
+        ends.append(out.done.copy())
         if image:
             history.push(out.observation, actions)
             if out.done.any():
                 history.start(out.observation, out.done)
     batch.close()
-    env_index = np.tile(np.arange(PROBE_ENVS), steps)
-    return np.concatenate(inputs), np.concatenate(scores), env_index
+    return np.stack(inputs), np.stack(scores), np.stack(ends)
 
 
-def probe(env: str, pre_logdir: str, steps: int, seed: int) -> dict:
+def probe(env: str, pre_logdir: str, steps: int, seed: int, horizon: int) -> dict:
     """Balanced accuracies of the three feature sets (see the module docstring)."""
     import envs
     import tensorflow as tf
@@ -146,9 +165,13 @@ def probe(env: str, pre_logdir: str, steps: int, seed: int) -> dict:
     from muzero.network import make_network
     with open(os.path.join(pre_logdir, "config.json")) as f:
         settings = RunSettings.from_dict(json.load(f))
-    inputs, scores, env_index = probe_data(env, settings, steps, seed=100_000 + seed)
-    train_rows = env_index < PROBE_TRAIN_ENVS
-    print(f"  probe: {len(inputs)} positions, {int(scores.sum())} score on the next step", flush=True)
+    inputs, scores, done = probe_data(env, settings, steps, seed=100_000 + seed)
+    labels = scores_ahead(scores, done, horizon)                 # [n, E]
+    n = len(labels)
+    inputs = inputs[:n].reshape(n * PROBE_ENVS, *inputs.shape[2:])
+    scores = labels.reshape(-1)
+    train_rows = np.tile(np.arange(PROBE_ENVS), n) < PROBE_TRAIN_ENVS
+    print(f"  probe: {len(inputs)} positions, {int(scores.sum())} score within {horizon} steps", flush=True)
     d = envs.describe(env)
     results = {"raw": ridge_probe(inputs.astype(np.float32), scores, train_rows)}
     for name in ("random_init", "pretrained"):
@@ -170,11 +193,15 @@ def main() -> None:
                         help="wall time of the scratch run; pretraining + fine-tuning get the same in total")
     parser.add_argument("--pretrain_steps", type=int, default=1500, help="training steps of the pretraining run")
     parser.add_argument("--probe_steps", type=int, default=1250, help="steps of each of the 16 probe envs")
+    parser.add_argument("--probe_horizon", type=int, default=10,
+                        help="the probe's label: the episode scores within this many steps")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
     parser.add_argument("extra", nargs="*", help="extra learner flags for every run, after --")
     args = parser.parse_args()
-    if args.seeds < 1 or args.pretrain_steps < 1 or args.probe_steps < 1 or args.minutes <= 0:
-        parser.error("--seeds, --pretrain_steps and --probe_steps must be >= 1 and --minutes > 0")
+    if min(args.seeds, args.pretrain_steps, args.probe_steps, args.probe_horizon) < 1 or args.minutes <= 0:
+        parser.error("--seeds, --pretrain_steps, --probe_steps and --probe_horizon must be >= 1 and --minutes > 0")
+    if args.probe_horizon > args.probe_steps:
+        parser.error("--probe_horizon must be <= --probe_steps")
     name = args.env.replace(":", "_").replace("/", "_")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -187,7 +214,7 @@ def main() -> None:
         if pre_seconds >= args.minutes * 60:
             raise SystemExit(f"pretraining took {pre_seconds:.0f} s, the whole --minutes budget: "
                              "lower --pretrain_steps or raise --minutes")
-        accuracy = probe(args.env, dirs["pre"], args.probe_steps, seed)
+        accuracy = probe(args.env, dirs["pre"], args.probe_steps, seed, args.probe_horizon)
         train(args.env, dirs["scratch"], seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra])
         train(args.env, dirs["ft"], seed, args.minutes - pre_seconds / 60.0,
               [f"--init_checkpoint={dirs['pre']}", "--num_eval_actors=1", "--export=false", *args.extra])

@@ -58,3 +58,18 @@ def test_steps_to_reach_needs_twenty_evaluation_episodes():
             {"return_eval": 11.0, "episodes_eval": 30, "env_steps": 300}]
     assert steps_to_reach(recs, 10.0) == 300.0
     assert steps_to_reach(recs, 20.0) == float("inf")
+
+
+def test_scores_ahead_stops_at_the_episode_end():
+    from pretrain_finetune import scores_ahead
+    # One env, 6 steps: the step from position 3 scores; the step from position 1 ends
+    # the episode (position 2 starts a new one). Horizon 3 covers positions t, t+1, t+2.
+    scores = np.array([[0], [0], [0], [1], [0], [0]], bool)
+    done = np.array([[0], [1], [0], [0], [0], [0]], bool)
+    # Positions 0..3 have a full horizon. 0: steps 0-2, but the episode ends at step 1 -> no.
+    # 1: its own step ends the episode -> no. 2: steps 2, 3 -> yes. 3: scores itself -> yes.
+    assert scores_ahead(scores, done, 3)[:, 0].tolist() == [False, False, True, True]
+    # Horizon 1 is the step's own score.
+    assert scores_ahead(scores, done, 1)[:, 0].tolist() == [False, False, False, True, False, False]
+    with pytest.raises(ValueError, match="no position with a full horizon"):
+        scores_ahead(scores, done, 7)
