@@ -163,8 +163,8 @@ def _minatar(env: str) -> RunSettings:
             # h^-1(3) ~ 15 cover Seaquest's surfacing bonus (<= 10) plus hits.
             # A small residual torso at the frame's own 10 x 10 resolution: no downsampling
             # (the Atari stack would shrink 10 x 10 to 1 x 1), 16 channels (the paper's DQN
-            # conv), one block. The trainer is CPU-bound here: in 90-second Breakout runs on
-            # 2 cores it made 1.9 steps/s (acting ~90 env steps/s) with two 32-channel blocks,
+            # conv), one block. The trainer is CPU-bound here: in 90- to 150-second Breakout runs
+            # on 2 cores it made 1.9 steps/s (acting ~90 env steps/s) with two 32-channel blocks,
             # 3.0/s (~130) with one, and 4-5/s (~140) with one 16-channel block; alone, a
             # batch-128 step takes 0.18 s at 32 channels and 0.10 s at 16.
             network=NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
