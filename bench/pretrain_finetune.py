@@ -47,7 +47,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learn import ROOT, records, train  # noqa: E402
+from learn import ROOT, reached, records, train  # noqa: E402
 
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
@@ -70,14 +70,6 @@ def final_counters(logdir: str) -> tuple:
     from muzero.learner.checkpoints import read_state, resolve_checkpoint
     state = read_state(resolve_checkpoint(logdir))
     return float(state["elapsed_s"]), float(state["env_steps"])
-
-
-def steps_to_reach(recs: list, threshold: float) -> float:
-    """Env steps of the first record whose evaluation return (>= 20 episodes) is >= threshold."""
-    for r in recs:
-        if r.get("return_eval") is not None and r.get("episodes_eval", 0) >= 20 and r["return_eval"] >= threshold:
-            return float(r["env_steps"])
-    return float("inf")
 
 
 def ridge_probe(features: np.ndarray, labels: np.ndarray, train: np.ndarray, l2: float = 1.0) -> float:
@@ -221,7 +213,7 @@ def main() -> None:
         scratch, ft = records(dirs["scratch"]), records(dirs["ft"])
         r_scratch, steps_scratch = final_eval(scratch)
         r_ft, _ = final_eval(ft)
-        ratio = (pre_steps + steps_to_reach(ft, r_scratch)) / steps_scratch
+        ratio = (pre_steps + reached(ft, r_scratch)[1]) / steps_scratch
         rows.append(dict(accuracy, scratch=r_scratch, ft=r_ft, ratio=ratio))
         print(f"seed={seed} pretraining={pre_seconds:.0f}s/{pre_steps:.0f} env steps "
               f"final_return_scratch={r_scratch:.2f} ({steps_scratch:.0f} env steps) "

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-from pretrain_finetune import ridge_probe, steps_to_reach  # noqa: E402
+from learn import reached  # noqa: E402
+from pretrain_finetune import ridge_probe  # noqa: E402
 
 # Training rows x = 0, 1, 2, 3 labelled F, F, T, T: the fitted line crosses zero at x = 1.5.
 TRAIN_X = [0.0, 1.0, 2.0, 3.0]
@@ -52,12 +53,13 @@ def test_one_class_is_refused():
         probe([0.5, 2.5], [False, False])
 
 
-def test_steps_to_reach_needs_twenty_evaluation_episodes():
-    recs = [{"return_eval": 12.0, "episodes_eval": 5, "env_steps": 100},
-            {"return_eval": 9.0, "episodes_eval": 25, "env_steps": 200},
-            {"return_eval": 11.0, "episodes_eval": 30, "env_steps": 300}]
-    assert steps_to_reach(recs, 10.0) == 300.0
-    assert steps_to_reach(recs, 20.0) == float("inf")
+def test_env_steps_to_reach_need_twenty_evaluation_episodes():
+    # bench/learn.py's reached(), which pretrain_finetune's env_steps_ratio uses.
+    recs = [{"time": 60.0, "return_eval": 12.0, "episodes_eval": 5, "env_steps": 100},
+            {"time": 120.0, "return_eval": 9.0, "episodes_eval": 25, "env_steps": 200},
+            {"time": 180.0, "return_eval": 11.0, "episodes_eval": 30, "env_steps": 300}]
+    assert reached(recs, 10.0)[1] == 300.0
+    assert reached(recs, 20.0)[1] == float("inf")
 
 
 def test_scores_ahead_stops_at_the_episode_end():
