@@ -317,6 +317,10 @@ class SupportConfig:
         if not self.low < self.high:
             _fail("SupportConfig", "low", self.low, f"must be < high ({self.high})")
 
+# The network's three functions, each a trainable part (--trainable_parts picks among them).
+# Here rather than in muzero.network so the command line checks the flag without TensorFlow.
+NETWORK_PARTS = ("representation", "dynamics", "prediction")
+
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:

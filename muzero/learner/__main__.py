@@ -201,7 +201,12 @@ def build_settings():
     if not FLAGS.config:   # a saved config.json is complete: nothing is derived again
         settings, notes = algorithms.get(settings.algo).fit_to_env(settings, descriptor, changes)
     settings = dataclasses.replace(settings, **{k: v for k, v in top.items() if v is not None})
-    return replace_sections(settings, changes), notes
+    settings = replace_sections(settings, changes)
+    # Run checks these too; here they answer before TensorFlow loads (a refusal costs no start-up).
+    builder = algorithms.get(settings.algo)
+    builder.check_env(descriptor)
+    builder.check_settings(settings)
+    return settings, notes
 
 
 def _check_logdir(path: str) -> None:
@@ -222,7 +227,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
     settings, notes = build_settings()
     if FLAGS.trainable_parts is not None:
-        from muzero.network.networks import PARTS
+        from muzero.config import NETWORK_PARTS as PARTS
         bad = [p for p in FLAGS.trainable_parts if p not in PARTS]
         if settings.algo != "muzero" or bad or not FLAGS.trainable_parts:
             raise UsageError(f"--trainable_parts={','.join(FLAGS.trainable_parts)} is invalid: MuZero only, "

@@ -46,13 +46,13 @@ import numpy as np
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
+from muzero.config import NETWORK_PARTS as PARTS
 from muzero.config import ConfigError, NetworkConfig
 from muzero.network import layers
 from muzero.network.ssl import SSLHead
 from muzero.network.support import tf_logits_to_scalar
 from muzero.observation import network_input_shape
 
-PARTS = ("representation", "dynamics", "prediction")
 OUTPUT_KEYS = ("value", "reward", "policy_logits", "value_logits", "reward_logits",
                "hidden_state")
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import envs
+
 from muzero import core
 from muzero.algorithms.muzero import defaults
 from muzero.config import ConfigError, MuZeroConfig
@@ -44,6 +46,9 @@ class MuZeroBuilder(core.Builder):
         if devices > 1 and batch % devices:
             raise ConfigError(f"training.batch_size={batch} does not split evenly over --learner_devices={devices}: "
                               f"use a batch size that is a multiple of {devices}")
+        if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None:
+            raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
+                              "board symmetries (only board games such as tictactoe do): turn it off")
         if devices > 1 and settings.config.pretrain.enabled:
             raise ConfigError(f"--learner_devices={devices} does not apply to --pretrain (pretraining trains on one "
                               "device): drop the flag")

@@ -199,12 +199,8 @@ class MuZeroLearner(core.Learner):
         self.context = context
         # One learner host (index 0), whose seed is the run's: host_seed(seed, 0) == seed.
         self.rng = np.random.default_rng(host_seed(settings.seed, 0))
-        self.symmetries = None
-        if self.config.training.augment_symmetries:
-            self.symmetries = envs.board_symmetries(settings.env)
-            if self.symmetries is None:
-                raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
-                                  "board symmetries (only board games such as tictactoe do): turn it off")
+        # builder.check_settings has refused augment_symmetries on an env without symmetries.
+        self.symmetries = envs.board_symmetries(settings.env) if self.config.training.augment_symmetries else None
         devices = configure_devices(getattr(settings, "learner_devices", 1))
         self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts,
                                devices=devices)
