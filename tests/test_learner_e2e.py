@@ -131,7 +131,11 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert new and new[0]["training_step"] >= final_step
     assert new[0]["replay_steps"] >= replay_before
     assert new[-1]["training_step"] > final_step
-    assert 45 <= new[0]["time"] < 57 <= new[-1]["time"] + 6   # the clock continued from the first session
+    # The clock continued from the first session (a fresh clock would start near 0), and the run
+    # stopped at the whole-run limit: the last record lies within a progress period (5 s) of 57 s,
+    # or past it by at most one slow training step (the first step after a resume traces the graph).
+    assert new[0]["time"] >= 45
+    assert 57 - 6 <= new[-1]["time"] < 57 + 15
 
 
 def test_atari_tiny_network_runs_on_cpu(tmp_path):
