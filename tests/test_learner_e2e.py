@@ -88,7 +88,7 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     logdir = str(tmp_path / "cartpole")
     common = [f"--logdir={logdir}", "--env=cartpole", "--num_actors=2", "--num_eval_actors=0",
               "--envs_per_actor=16", "--set=replay.min_steps_to_sample=300", "--checkpoint_every_secs=15"]
-    proc = _learner([*common, "--max_seconds=45"])
+    proc = _learner([*common, "--max_seconds=35"])
     killed = None
     deadline = time.monotonic() + 150
     while proc.poll() is None and time.monotonic() < deadline:
@@ -122,8 +122,8 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     replay_before = records[-1]["replay_steps"]
 
     # The same command again resumes: the step continues and the replay comes back.
-    # --max_seconds bounds the whole run across resumes: 57 leaves ~12 s for this session.
-    proc = _learner([*common, "--max_seconds=57"])
+    # --max_seconds bounds the whole run across resumes: 47 leaves ~12 s for this session.
+    proc = _learner([*common, "--max_seconds=47"])
     out, _ = proc.communicate(timeout=150)
     assert proc.returncode == 0, out[-3000:]
     assert f"resumed from {os.path.join(logdir, 'checkpoints', latest)}" in out
@@ -132,15 +132,16 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert new[0]["replay_steps"] >= replay_before
     assert new[-1]["training_step"] > final_step
     # The clock continued from the first session (a fresh clock would start near 0), and the run
-    # stopped at the whole-run limit: the last record lies within a progress period (5 s) of 57 s,
+    # stopped at the whole-run limit: the last record lies within a progress period (5 s) of 47 s,
     # or past it by at most one slow training step (the first step after a resume traces the graph).
-    assert new[0]["time"] >= 45
-    assert 57 - 6 <= new[-1]["time"] < 57 + 15
+    assert new[0]["time"] >= 35
+    assert 47 - 6 <= new[-1]["time"] < 47 + 15
 
 
 def test_atari_tiny_network_runs_on_cpu(tmp_path):
     logdir = str(tmp_path / "atari")
-    proc = _learner([f"--logdir={logdir}", "--env=atari", "--max_seconds=20", "--num_actors=1",
+    # Stops after the second training step (60 s is only a cap): the run ends once training runs.
+    proc = _learner([f"--logdir={logdir}", "--env=atari", "--max_train_steps=2", "--max_seconds=60", "--num_actors=1",
                      "--num_eval_actors=0", "--envs_per_actor=4", "--simulations=4", "--batch_size=8",
                      "--set=targets.stack_frames=2", "--set=network.conv_channels=8",
                      "--set=network.conv_reduced_channels=4", "--set=network.head_hidden_size=16",
@@ -157,7 +158,7 @@ def test_atari_tiny_network_runs_on_cpu(tmp_path):
 
 def test_tictactoe_defaults_train_with_sampled_openings_and_symmetries(tmp_path):
     logdir = str(tmp_path / "tictactoe")
-    proc = _learner([f"--logdir={logdir}", "--env=tictactoe", "--max_seconds=20", "--num_actors=1",
+    proc = _learner([f"--logdir={logdir}", "--env=tictactoe", "--max_train_steps=3", "--max_seconds=60", "--num_actors=1",
                      "--envs_per_actor=8", "--simulations=8", "--batch_size=16",
                      "--set=replay.min_steps_to_sample=100"])
     out, _ = proc.communicate(timeout=180)
