@@ -13,11 +13,13 @@ from e2e_helpers import run_module as _run
 
 # (env, extra flags, env steps the first 8-second session must pass). SAC keeps one update
 # per env step: smaller networks and batches (it makes about 1,000 steps in 8 s on 2 busy
-# cores; PPO about 4,000 and V-trace many more), and two evaluation envs instead of ten, so
-# the training envs finish 200-step Pendulum episodes within the two sessions.
+# cores; PPO about 4,000 and V-trace many more), two evaluation envs instead of ten and
+# Pendulum episodes cut at 50 steps (gymnasium.make's max_episode_steps), so that the
+# training envs finish episodes early in the run even on a slow machine.
 _CASES = {"vtrace": ("cartpole", [], 2000), "ppo": ("cartpole", [], 2000),
           "sac": ("gym:Pendulum-v1", ["--set=network.actor_hidden_sizes=[32]", "--set=network.critic_hidden_sizes=[32]",
-                                      "--set=training.batch_size=32", "--eval_envs_per_actor=2"], 500)}
+                                      "--set=training.batch_size=32", "--eval_envs_per_actor=2",
+                                      '--env_options={"max_episode_steps": 50}'], 500)}
 
 
 @pytest.mark.parametrize("algo", sorted(_CASES))
