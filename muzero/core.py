@@ -146,6 +146,12 @@ class Learner(abc.ABC):
         """Extra numbers for the progress record (replay fill, queue size, ...)."""
         return {}
 
+    def stop_limiting(self) -> None:
+        """Training has stopped: from now on pushes are not held back by the replay ratio.
+        The run calls this before it stops the actors, so an actor waiting on a push returns
+        and stops at once (instead of being killed after a timeout) and the pushed data is
+        kept in the final checkpoint. Default: the learner holds no pushes back."""
+
     def close(self) -> None:
         """Wakes anything blocked on this learner's data (called at shutdown)."""
 

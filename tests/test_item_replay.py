@@ -74,6 +74,24 @@ def test_replay_ratio_blocks_each_side_in_turn():
     assert replay.sample(1, timeout=1) is None and not replay.add(_items([1]))
 
 
+def test_stop_limiting_lets_a_blocked_insert_in_and_keeps_its_items():
+    # The run stops while an actor's insert waits for the learner: the insert must go in (and
+    # be checkpointed) instead of waiting for samples that will never come.
+    replay = ItemReplay(100, SPEC, samples_per_insert=2.0, min_size=2, tolerance=4, seed=0)
+    assert replay.add(_items([0, 1, 2, 3, 4]))       # surplus before 2 * (0 - 2) = -4 <= 4: goes in
+    assert not replay.add(_items([5]), timeout=0.05)  # surplus 2 * (5 - 2) - 0 sampled = 6 > 4: held
+    got = {}
+    thread = threading.Thread(target=lambda: got.setdefault("ok", replay.add(_items([9]), timeout=5)))
+    thread.start()
+    time.sleep(0.1)
+    assert thread.is_alive()                                         # still held back by the ratio
+    replay.stop_limiting()
+    thread.join(5)
+    assert got["ok"] is True and len(replay) == 6
+    assert replay.add(_items([10, 11]), timeout=0)                   # later inserts do not wait either
+    assert len(replay) == 8
+
+
 def test_bad_items_are_refused():
     replay = ItemReplay(4, SPEC)
     with pytest.raises(ValueError, match="fields"):

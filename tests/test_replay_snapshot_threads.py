@@ -151,6 +151,27 @@ def test_rate_limiter_holds_samples_per_insert():
         rep.sample(17)
 
 
+def test_stop_limiting_lets_a_blocked_insert_in():
+    # The run stops while an actor's push waits for the trainer: the push is stored (and so
+    # checkpointed) instead of waiting for samples that will never be drawn.
+    rep = limited_replay()                                  # 2 samples per step, tolerance 8, min 10
+    rng = np.random.default_rng(0)
+    rep.insert(random_segment(VECTOR, rng, 0, 0, 15))      # surplus 2 * (15 - 10) - 0 = 10 > 8
+    with pytest.raises(TimeoutError):
+        rep.insert(random_segment(VECTOR, rng, 0, 15, 2), timeout=0.01)
+    done = []
+    thread = threading.Thread(target=lambda: done.append(rep.insert_many(
+        [random_segment(VECTOR, rng, 0, 15, 2)], timeout=5)))
+    thread.start()
+    time.sleep(0.1)
+    assert thread.is_alive() and not done                   # still held back
+    rep.stop_limiting()
+    thread.join(timeout=5)
+    assert done == [2] and rep.stats()["inserted_steps"] == 17
+    rep.insert(random_segment(VECTOR, rng, 0, 17, 3), timeout=0)   # later pushes do not wait either
+    assert rep.stats()["inserted_steps"] == 20
+
+
 def test_close_wakes_blocked_waiters():
     rep = limited_replay()
     errors = []

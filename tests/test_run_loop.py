@@ -290,3 +290,26 @@ def test_a_checkpoint_these_settings_cannot_resume_is_refused_not_set_aside(tmp_
         _run(tmp_path, max_train_steps=6).run()
     names = os.listdir(tmp_path / "checkpoints")
     assert "ckpt-3" in names and not [n for n in names if n.startswith("damaged-")]
+
+
+def test_pushes_stop_being_limited_before_the_actors_stop_and_the_final_checkpoint(tmp_path, monkeypatch):
+    # An actor blocked on a push (the replay ratio waiting for the trainer) would otherwise
+    # hold the shutdown until its SIGKILL timeout, and its data would miss the checkpoint.
+    events = []
+    saves = CounterLearner.save
+    monkeypatch.setattr(CounterLearner, "stop_limiting", lambda self: events.append("stop_limiting"))
+    monkeypatch.setattr(CounterLearner, "save", lambda self, d: (events.append("save"), saves(self, d)))
+
+    class Actors:   # a launcher that only records its stop
+        def poll(self):
+            pass
+
+        def alive(self):
+            return 0
+
+        def stop(self):
+            events.append("actors.stop")
+
+    monkeypatch.setattr(Run, "_start_actors", lambda self: setattr(self, "actors", Actors()))
+    _run(tmp_path, max_train_steps=3, checkpoint_every_secs=3600.0).run()
+    assert events == ["stop_limiting", "actors.stop", "save"]

@@ -81,6 +81,7 @@ class ItemReplay:
         self.rng = np.random.default_rng([seed, 11])
         self._cond = threading.Condition()
         self._closed = False
+        self._limiting = True   # False once the run stops: inserts then ignore the ratio
         self.inserted = 0      # items ever inserted (also counted by the limiter)
 
     def check_batch_size(self, batch_size: int) -> None:
@@ -105,7 +106,8 @@ class ItemReplay:
             if priorities.shape != (n,) or not np.all(np.isfinite(priorities)) or priorities.min(initial=1) <= 0:
                 raise ValueError(f"priorities must be [{n}] finite and > 0")
         with self._cond:
-            if not self._cond.wait_for(lambda: self._closed or self._limiter.can_insert(), timeout):
+            if not self._cond.wait_for(
+                    lambda: self._closed or not self._limiting or self._limiter.can_insert(), timeout):
                 return False
             if self._closed:
                 return False
@@ -187,6 +189,12 @@ class ItemReplay:
             if not self.prioritized:
                 return np.full(self._size, 1.0 / max(self._size, 1))
             return self._tree.leaves()[:self._size] / self._tree.total
+
+    def stop_limiting(self) -> None:
+        """Inserts no longer wait for the replay ratio (the run is stopping); waiting ones go in."""
+        with self._cond:
+            self._limiting = False
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

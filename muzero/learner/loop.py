@@ -436,6 +436,8 @@ class Run:
         self.stop_event.set()
         self._log_signal_notes()
         try:
+            if self.learner is not None:
+                self.learner.stop_limiting()   # actors blocked on a push return, stop promptly
             if self.actors is not None:
                 self.actors.stop()
             if self.learner is not None and self.server is not None:

@@ -82,6 +82,7 @@ class Replay:
         self._rng = np.random.default_rng(self.seed)
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
+        self._limiting = True   # False once the run stops: inserts then ignore the ratio
 
     # ------------------------------------------------------------------ waiting
     def _wait_for(self, predicate, timeout: Optional[float], what: str) -> None:
@@ -98,6 +99,13 @@ class Replay:
                                    f"(rate limiter: {self._limiter.state()}, "
                                    f"stored steps {self._store.num_steps})")
             self._cond.wait(remaining)
+
+    def stop_limiting(self) -> None:
+        """Inserts no longer wait for the rate limiter (the run is stopping: what actors push
+        until they stop is stored and checkpointed); waiting inserts go in."""
+        with self._cond:
+            self._limiting = False
+            self._cond.notify_all()
 
     def close(self) -> None:
         """Wakes every waiting insert/sample with ReplayClosedError; later ones raise too."""
@@ -129,7 +137,7 @@ class Replay:
             return 0
         steps = sum(seg["observations"].shape[0] for seg in segs)
         with self._cond:
-            self._wait_for(self._limiter.can_insert, timeout, "insert segments")
+            self._wait_for(lambda: not self._limiting or self._limiter.can_insert(), timeout, "insert segments")
             self._store.check_chain(segs)
             for seg in segs:
                 self._store.insert(seg)

@@ -325,6 +325,9 @@ class MuZeroLearner(core.Learner):
                 "replay_samples_per_insert":
                     self.training_step * self.config.training.batch_size / max(1, self.context.env_steps)}
 
+    def stop_limiting(self) -> None:
+        self.replay.stop_limiting()
+
     def close(self) -> None:
         if self.reanalyse is not None:
             self.reanalyse.stop()

@@ -522,5 +522,8 @@ class R2D2Learner(CheckpointedLearner):
     def progress(self) -> dict:
         return {"replay_sequences": len(self.replay)}
 
+    def stop_limiting(self) -> None:
+        self.replay.stop_limiting()
+
     def close(self) -> None:
         self.replay.close()

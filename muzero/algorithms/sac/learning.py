@@ -329,6 +329,9 @@ class SACLearner(CheckpointedLearner):
             out["her_pending_steps"] = self.assembler.pending()
         return out
 
+    def stop_limiting(self) -> None:
+        self.replay.stop_limiting()
+
     def close(self) -> None:
         self.replay.close()
         if self.relabeller is not None:
