@@ -5,6 +5,7 @@ Expected numbers are worked out by hand in the comments, not by the code under t
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -306,8 +307,11 @@ def test_config_validation_names_the_field():
 def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(tmp_path):
     logdir = str(tmp_path / "r2d2")
     common = ["--algo=r2d2", "--env=cartpole", f"--logdir={logdir}", "--num_actors=1", "--num_eval_actors=1",
-              "--set=replay.min_size=20"]
-    proc = _run("muzero.learner", [*common, "--max_seconds=12"], timeout=180)
+              "--set=replay.min_size=20",
+              # Short sequences (2 + 6 + 1 steps): the unrolled training graph traces in a second or
+              # two instead of the default 31 steps' six seconds, in each of the two sessions.
+              "--set=training.burn_in=2", "--set=training.unroll_length=6"]
+    proc = _run("muzero.learner", [*common, "--max_seconds=10"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = _records(logdir)
     assert records[-1]["training_step"] > 0, proc.stdout[-2000:]
@@ -318,9 +322,11 @@ def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(
     ckpt = os.path.join(logdir, "checkpoints", latest)
     assert os.path.isfile(os.path.join(ckpt, "replay.npz"))
 
-    proc = _run("muzero.learner", [*common, "--max_seconds=16"], timeout=180)
+    proc = _run("muzero.learner", [*common, "--max_seconds=14"], timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"resumed from {ckpt}: training step {step}" in proc.stdout
+    done = re.search(r"done: .*; training step (\d+), env steps", proc.stdout)
+    assert done and int(done[1]) > step, proc.stdout[-2000:]
 
     latest = open(os.path.join(logdir, "checkpoints", "latest")).read().strip()
     export = os.path.join(logdir, "export", f"step-{int(latest.split('-')[1])}")
