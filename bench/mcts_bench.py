@@ -10,7 +10,9 @@ tree work and the Python driver are timed. Random values under min-max normalisa
 make deep trees (mean node depth about 7.4 at S=50); flat values make shallow ones. One
 expanded node is one (tree, simulation) pair: a run costs batch * simulations nodes.
 Reports the median over ``--runs`` searches of wall-clock time (and of process CPU time,
-which is steadier on a shared machine), then times the plain-Python reference on
+which is steadier on a shared machine; with ``--root=gumbel`` the Gumbel and pUCT searches
+alternate and ``gumbel_over_puct`` is the median of the per-pair ratios), then times the
+plain-Python reference on
 ``--reference_batch`` trees with the same outputs and compares per node.
 Last line: ``us_per_node=<median wall> speedup_vs_reference=<x>``.
 """
@@ -64,26 +66,38 @@ def main() -> None:
         row = new_node[0] - 1
         return rewards[row], values[row], logits[row]
 
-    def timed(config):
-        """(median wall µs per node, median CPU µs per node, mean node depth) of ``config``."""
+    def searcher(config):
+        """A function timing one search of ``config`` -> (wall s, CPU s, result); its first
+        (compiling) call is made and reported here."""
         workspace = allocate_tree(batch, sims + 1, num_actions)
         started = time.perf_counter()
         search(root, recurrent_fn, config, rng, parallel=args.parallel, workspace=workspace)
         print(f"first_call_s={time.perf_counter() - started:.2f} root={config.root_selection}")
-        wall, cpu = [], []
-        for _ in range(args.runs):
+
+        def one():
             w0, c0 = time.perf_counter(), time.process_time()
             result = search(root, recurrent_fn, config, rng, parallel=args.parallel, workspace=workspace)
-            wall.append(time.perf_counter() - w0)
-            cpu.append(time.process_time() - c0)
-        nodes = batch * sims
-        return (float(np.median(wall)) / nodes * 1e6, float(np.median(cpu)) / nodes * 1e6,
-                float(result.tree.node_depth[:, 1:].mean()))
+            return time.perf_counter() - w0, time.process_time() - c0, result
+        return one
 
+    nodes = batch * sims
     config = SearchConfig(num_simulations=sims, root_selection=args.root)
-    us_wall, us_cpu, depth = timed(config)
+    runs = [searcher(config)]
     if args.root == "gumbel":   # pUCT in the same process, as the baseline
-        puct_wall, puct_cpu, puct_depth = timed(SearchConfig(num_simulations=sims))
+        runs.append(searcher(SearchConfig(num_simulations=sims)))
+    # The searches alternate (Gumbel, pUCT, Gumbel, ...), so a change in the machine's speed
+    # during the run reaches both; the ratio is the median of the per-pair ratios.
+    times = [[] for _ in runs]
+    for _ in range(args.runs):
+        for one, out in zip(runs, times):
+            out.append(one())
+    wall = [np.array([t[0] for t in out]) / nodes * 1e6 for out in times]
+    cpu = [np.array([t[1] for t in out]) / nodes * 1e6 for out in times]
+    depths = [float(out[-1][2].tree.node_depth[:, 1:].mean()) for out in times]
+    us_wall, us_cpu, depth = float(np.median(wall[0])), float(np.median(cpu[0])), depths[0]
+    if args.root == "gumbel":
+        puct_wall, puct_cpu, puct_depth = float(np.median(wall[1])), float(np.median(cpu[1])), depths[1]
+        ratio_wall, ratio_cpu = float(np.median(wall[0] / wall[1])), float(np.median(cpu[0] / cpu[1]))
 
     # Reference: same outputs for its first trees, one tree at a time.
     ref_batch = min(args.reference_batch, batch)
@@ -110,7 +124,7 @@ def main() -> None:
     if args.root == "gumbel":
         print(f"puct_us_per_node={puct_wall:.3f} puct_us_per_node_cpu={puct_cpu:.3f} "
               f"puct_mean_node_depth={puct_depth:.2f}")
-        print(f"gumbel_over_puct={us_wall / puct_wall:.2f} gumbel_over_puct_cpu={us_cpu / puct_cpu:.2f}")
+        print(f"gumbel_over_puct={ratio_wall:.2f} gumbel_over_puct_cpu={ratio_cpu:.2f}")
     print(f"us_per_node={us_wall:.3f} speedup_vs_reference={us_ref / us_wall:.1f}")
 
 
