@@ -201,5 +201,8 @@ class PretrainLearner(core.Learner):
     def export(self, directory: str) -> None:
         raise RuntimeError(f"no SavedModel: {self.no_export_reason}")
 
+    def stop_limiting(self) -> None:
+        self.replay.stop_limiting()
+
     def close(self) -> None:
         self.replay.close()
