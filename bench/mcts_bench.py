@@ -12,8 +12,8 @@ expanded node is one (tree, simulation) pair: a run costs batch * simulations no
 Reports the median over ``--runs`` searches of wall-clock time (and of process CPU time,
 which is steadier on a shared machine; with ``--root=gumbel`` the Gumbel and pUCT searches
 alternate and ``gumbel_over_puct`` is the median of the per-pair ratios), then times the
-plain-Python reference on
-``--reference_batch`` trees with the same outputs and compares per node.
+plain-Python reference on ``--reference_batch`` trees with the same outputs and compares
+per node.
 Last line: ``us_per_node=<median wall> speedup_vs_reference=<x>``.
 """
 from __future__ import annotations
