@@ -175,11 +175,23 @@ class InferenceService(abc.ABC):
         """Wakes callers blocked in this service (called at shutdown)."""
 
 
+class LaunchError(RuntimeError):
+    """A launcher could not start the run's actors (the message says why and what to do);
+    the command line reports it in one line."""
+
+
 class Launcher(abc.ABC):
     """Starts, watches and stops the actor processes of a run (local processes, Ray, ...)."""
 
+    def prepare(self) -> None:
+        """Called before the learner builds its network and starts its server, while the
+        process has few threads: a launcher that forks helper processes with code run in the
+        child (Ray's ``ray.init`` does) starts them here, since forking beside busy threads can
+        hang the child on a lock one of them held. Raises :class:`LaunchError`. Default: nothing."""
+
     @abc.abstractmethod
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Starts the actors (after ``prepare``); raises :class:`LaunchError` when they cannot be started."""
 
     @abc.abstractmethod
     def poll(self) -> None:

@@ -307,9 +307,43 @@ def test_pushes_stop_being_limited_before_the_actors_stop_and_the_final_checkpoi
         def alive(self):
             return 0
 
+        def start(self):
+            pass
+
         def stop(self):
             events.append("actors.stop")
 
-    monkeypatch.setattr(Run, "_start_actors", lambda self: setattr(self, "actors", Actors()))
+    monkeypatch.setattr(Run, "_prepare_actors", lambda self: setattr(self, "actors", Actors()))
     _run(tmp_path, max_train_steps=3, checkpoint_every_secs=3600.0).run()
     assert events == ["stop_limiting", "actors.stop", "save"]
+
+
+def test_the_launcher_prepares_before_the_server_exists_and_starts_its_actors_after(tmp_path, monkeypatch):
+    # Ray's start forks with Python code run in the child, which can hang beside the busy
+    # threads of a running server: the launcher gets its prepare() call before the build.
+    seen = []
+
+    class Actors(core.Launcher):
+        def __init__(self, count, target, args_fn, log=None):
+            self.count, self.run = count, run
+
+        def prepare(self):
+            seen.append(("prepare", self.run.service is None and self.run.address is None))
+
+        def start(self):
+            seen.append(("start", self.count, self.run.service is not None and self.run.address is not None))
+
+        def poll(self):
+            pass
+
+        def alive(self):
+            return 0
+
+        def stop(self):
+            seen.append(("stop",))
+
+    monkeypatch.setattr("muzero.learner.loop.LocalActors", Actors)
+    monkeypatch.setattr(CounterBuilder, "actor_target", lambda self: print)
+    run = _run(tmp_path, max_train_steps=2, num_actors=2, num_eval_actors=1)
+    run.run()
+    assert seen == [("prepare", True), ("start", 3, True), ("stop",)]

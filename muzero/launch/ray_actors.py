@@ -115,6 +115,35 @@ def _import_ray(loopback_only: bool):
     return ray
 
 
+# Attempts at starting the run's own Ray instance. Its GCS server usually publishes its port
+# within a second, but a start can stall (seen once on a loaded 2-core CI machine: no port
+# after Ray's 30 s wait); a second start in a fresh session directory is cheap next to
+# failing the run.
+LOCAL_START_ATTEMPTS = 2
+
+
+def _start_local_ray(ray, cpus: int, log: Callable[[str], None]) -> None:
+    """``ray.init`` for a Ray instance of this run only, tried ``LOCAL_START_ATTEMPTS`` times;
+    raises :class:`core.LaunchError` (what failed, where Ray's logs are) if no try works."""
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=100 * 2 ** 20,
+                     logging_level=logging.WARNING, log_to_driver=True)
+            return
+        except Exception as e:  # noqa: BLE001 - Ray raises RuntimeError, ConnectionError, ...
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - a half-started instance
+                pass
+            if attempt < LOCAL_START_ATTEMPTS:
+                log(f"warning: starting the local Ray instance failed ({reason}); trying again")
+                continue
+            raise core.LaunchError(f"could not start a local Ray instance after {LOCAL_START_ATTEMPTS} tries "
+                               f"({reason}); Ray's logs are under /tmp/ray/session_latest/logs (gcs_server.err, "
+                               f"raylet.err); or join a running cluster with --ray_address") from e
+
+
 class RayActors(core.Launcher):
     """Starts ``num_actors`` Ray actors running ``target(*args_fn(i))``; Ray restarts failed ones."""
 
@@ -138,20 +167,33 @@ class RayActors(core.Launcher):
         self._ray = None
 
     # -- core.Launcher --------------------------------------------------------------------------
-    def start(self) -> None:
+    def prepare(self) -> None:
+        """Starts (or joins) the Ray instance: ``ray.init`` forks Ray's processes with Python
+        code run in the child, which is safe only before the learner's threads are busy."""
+        if self._ray is not None:
+            return
         ray = self._ray = _import_ray(loopback_only=not self._address)
         if not ray.is_initialized():
             if self._address:
-                ray.init(address=self._address, logging_level=logging.WARNING, log_to_driver=True)
+                try:
+                    ray.init(address=self._address, logging_level=logging.WARNING, log_to_driver=True)
+                except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ...
+                    first = str(e).splitlines()[0] if str(e) else ""
+                    raise core.LaunchError(f"could not join the Ray cluster at --ray_address={self._address} "
+                                           f"({type(e).__name__}: {first}); start it first (ray start --head) "
+                                           "or drop --ray_address for a local instance") from e
             else:
                 cpus = max(os.cpu_count() or 1, int(self.num_actors * self._cpus_per_actor + 0.999))
-                ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=100 * 2 ** 20,
-                         logging_level=logging.WARNING, log_to_driver=True)
+                _start_local_ray(ray, cpus, self._log)
                 self._started_ray = True
                 node = ray.util.get_node_ip_address()
                 if node != "127.0.0.1":
                     self._log(f"warning: the Ray instance runs on {node}, not 127.0.0.1 (was Ray started "
                               f"before the launcher could set {_LOOPBACK_ONLY_ENV}=0?)")
+
+    def start(self) -> None:
+        self.prepare()
+        ray = self._ray
         host_class = ray.remote(_ActorHost)
         where = self._address or "a Ray instance on 127.0.0.1"
         self._log(f"starting {self.num_actors} Ray actor(s) on {where} ({self._cpus_per_actor:g} CPU each, "

@@ -262,7 +262,8 @@ def main(argv):
 def run():
     from muzero.cli import run_main
     from muzero.config import ConfigError
-    run_main(main, (UsageError, ConfigError, FileNotFoundError))
+    from muzero.core import LaunchError
+    run_main(main, (UsageError, ConfigError, FileNotFoundError, LaunchError))
 
 
 if __name__ == "__main__":

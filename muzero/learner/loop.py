@@ -196,7 +196,9 @@ class Run:
         return self.builder.actor_args(self.settings, index, self.address, self.client_config,
                                        self.training_step)
 
-    def _start_actors(self) -> None:
+    def _prepare_actors(self) -> None:
+        """Makes the launcher and lets it prepare (before _build: see core.Launcher.prepare);
+        the actors start after _build, when ``actor_args`` has the server's address."""
         s = self.settings
         count = s.num_actors + s.num_eval_actors
         if not count:
@@ -208,7 +210,7 @@ class Run:
                                     log=self.log)
         else:
             self.actors = LocalActors(count, self.builder.actor_target(), self.actor_args, log=self.log)
-        self.actors.start()
+        self.actors.prepare()
 
     # -- main loop ------------------------------------------------------------------------------------
 
@@ -259,10 +261,12 @@ class Run:
         s = self.settings
         self._install_signal_handlers()
         try:
+            self._prepare_actors()
             self._build()
             self.log(f"serving {s.algo} on {self.address}; env {s.env} {self.descriptor.observation_shape} "
                      f"x{self.descriptor.num_actions} actions; logdir {self.logdir}")
-            self._start_actors()
+            if self.actors is not None:
+                self.actors.start()
             return self._loop()
         finally:
             self._shutdown()
