@@ -25,6 +25,21 @@ def test_h_known_values():
     assert S.np_h_inverse(1.003) == pytest.approx(3.0, abs=1e-9)
 
 
+def test_float32_h_and_its_inverse_keep_precision_near_zero():
+    # Reference: the textbook formulas in float64 (errors ~1e-13 here). In float32 the textbook
+    # inverse squares a number near 1 and subtracts 1, which is off by up to 8e-5 near 0 (a
+    # decoded value of 0.01 read as 0.00992); the forms used must stay within float32 rounding.
+    y = np.linspace(-0.05, 0.05, 101)
+    root = (np.sqrt(1.0 + 4.0 * 0.001 * (np.abs(y) + 1.0 + 0.001)) - 1.0) / (2.0 * 0.001)
+    textbook_inverse = np.sign(y) * (root ** 2 - 1.0)
+    got = S.tf_h_inverse(tf.constant(y, tf.float32)).numpy().astype(np.float64)
+    np.testing.assert_allclose(got, textbook_inverse, rtol=1e-6, atol=1e-9)
+    x = np.array([1e-6, -3e-4, 0.02], np.float32)
+    textbook_h = np.sign(x) * (np.sqrt(np.abs(x.astype(np.float64)) + 1.0) - 1.0) + 0.001 * x
+    np.testing.assert_allclose(S.tf_h_transform(tf.constant(x)).numpy(), textbook_h, rtol=1e-6)
+    np.testing.assert_allclose(S.tf_h_inverse(S.tf_h_transform(tf.constant(x))).numpy(), x, rtol=1e-5)
+
+
 @FAST
 @given(st.floats(-1e6, 1e6), st.sampled_from([0.001, 0.01, 0.0]))
 def test_h_round_trip(x, eps):

@@ -9,6 +9,11 @@ MuZero for Atari:
     h^-1(y)  = sign(y) * (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)   (eps > 0)
     h^-1(y)  = sign(y) * ((|y| + 1)^2 - 1)                                            (eps = 0)
 
+Both are computed in forms without cancellation near 0: sqrt(u + 1) - 1 = u / (sqrt(u + 1) + 1),
+and with s = sqrt(1 + 4 eps (u + 1 + eps)), u = |y|, the inverse is sign(y) d (d + 2) with
+d = 2u / (1 + 2 eps + s), which also covers eps = 0 (d = u). (The textbook inverse squares a
+number near 1 and subtracts 1: in float32 its error near y = 0 reaches 8e-5.)
+
 and the bins live in h-space. Encoding clips h(x) to ``[low, high]`` and splits its
 mass between the two neighbouring bins in proportion to closeness ("two-hot"), so the
 expectation of the encoding over the bins is h(x) exactly. Decoding takes the
@@ -50,17 +55,16 @@ def support_description(support: SupportConfig) -> dict:
 def np_h_transform(x, eps: float = 0.001) -> np.ndarray:
     """h(x) = sign(x)(sqrt(|x|+1) - 1) + eps x, elementwise (float64)."""
     x = np.asarray(x, dtype=np.float64)
-    return np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x
+    u = np.abs(x)
+    return np.sign(x) * u / (np.sqrt(u + 1.0) + 1.0) + eps * x
 
 
 def np_h_inverse(y, eps: float = 0.001) -> np.ndarray:
     """Closed-form inverse of :func:`np_h_transform`, elementwise (float64)."""
     y = np.asarray(y, dtype=np.float64)
-    a = np.abs(y)
-    if eps == 0.0:
-        return np.sign(y) * ((a + 1.0) ** 2 - 1.0)
-    root = (np.sqrt(1.0 + 4.0 * eps * (a + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return np.sign(y) * (root ** 2 - 1.0)
+    u = np.abs(y)
+    d = 2.0 * u / (1.0 + 2.0 * eps + np.sqrt(1.0 + 4.0 * eps * (u + 1.0 + eps)))
+    return np.sign(y) * d * (d + 2.0)
 
 
 def np_scalar_to_two_hot(x, support: SupportConfig) -> np.ndarray:
@@ -114,17 +118,18 @@ def _check_bins(shape, support: SupportConfig) -> None:
 # ----------------------------------------------------------------------- TensorFlow
 
 def tf_h_transform(x: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
-    """h(x), elementwise, in the dtype of ``x``."""
-    return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + eps * x
+    """h(x), elementwise, in the dtype of ``x`` (NumPy input works eagerly)."""
+    x = tf.convert_to_tensor(x)
+    u = tf.abs(x)
+    return tf.sign(x) * u / (tf.sqrt(u + 1.0) + 1.0) + eps * x
 
 
 def tf_h_inverse(y: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
-    """Closed-form h^-1(y), elementwise, in the dtype of ``y``."""
-    a = tf.abs(y)
-    if eps == 0.0:
-        return tf.sign(y) * (tf.square(a + 1.0) - 1.0)
-    root = (tf.sqrt(1.0 + 4.0 * eps * (a + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return tf.sign(y) * (tf.square(root) - 1.0)
+    """Closed-form h^-1(y), elementwise, in the dtype of ``y`` (NumPy input works eagerly)."""
+    y = tf.convert_to_tensor(y)
+    u = tf.abs(y)
+    d = 2.0 * u / (1.0 + 2.0 * eps + tf.sqrt(1.0 + 4.0 * eps * (u + 1.0 + eps)))
+    return tf.sign(y) * d * (d + 2.0)
 
 
 def tf_scalar_to_two_hot(x: tf.Tensor, support: SupportConfig) -> tf.Tensor:

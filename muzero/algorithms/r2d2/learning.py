@@ -47,6 +47,7 @@ from muzero.algorithms.r2d2.networks import STATE_KEYS, R2D2Network, make_networ
 from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.config import ConfigError, to_dict
 from muzero.network.layers import variable_copier
+from muzero.network.support import tf_h_inverse, tf_h_transform
 
 ALGO = "r2d2"
 MIN_PRIORITY = 1e-6     # priorities must be > 0 (a sequence with zero TD errors stays sampleable)
@@ -54,24 +55,10 @@ MIN_PRIORITY = 1e-6     # priorities must be > 0 (a sequence with zero TD errors
 
 # -- pure functions ------------------------------------------------------------------------------
 
-def value_rescale(x, epsilon: float = 1e-3):
-    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + epsilon x (Pohlen et al. 2018), written with
-    sqrt(|x| + 1) - 1 = |x| / (sqrt(|x| + 1) + 1) to keep precision near 0."""
-    x = tf.convert_to_tensor(x)
-    a = tf.abs(x)
-    return tf.sign(x) * a / (tf.sqrt(a + 1.0) + 1.0) + epsilon * x
-
-
-def inverse_value_rescale(x, epsilon: float = 1e-3):
-    """The exact inverse of ``value_rescale``. With u = |x| and s = sqrt(1 + 4 eps (u + 1 + eps)),
-    the closed form sign(x) (((s - 1) / (2 eps))^2 - 1) (Pohlen et al. 2018, Prop. A.2) equals
-    sign(x) d (d + 2) with d = 2u / (1 + 2 eps + s), which has no cancellation near 0 and also
-    holds for eps = 0 (d = u)."""
-    x = tf.convert_to_tensor(x)
-    u = tf.abs(x)
-    s = tf.sqrt(1.0 + 4.0 * epsilon * (u + 1.0 + epsilon))
-    d = 2.0 * u / (1.0 + 2.0 * epsilon + s)
-    return tf.sign(x) * d * (d + 2.0)
+# h and its inverse (Pohlen et al. 2018) are the ones the categorical supports use, in forms
+# without cancellation near 0 (muzero.network.support).
+value_rescale = tf_h_transform
+inverse_value_rescale = tf_h_inverse
 
 
 def training_epsilons(num_train_envs: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
