@@ -115,10 +115,10 @@ def _import_ray(loopback_only: bool):
     return ray
 
 
-# Attempts at starting the run's own Ray instance. Its GCS server usually publishes its port
-# within a second, but a start can stall (seen once on a loaded 2-core CI machine: no port
-# after Ray's 30 s wait); a second start in a fresh session directory is cheap next to
-# failing the run.
+# Attempts at starting the run's own Ray instance. Its processes usually come up within a
+# second; a start that stalls (the cause seen so far: forking beside the learner's busy
+# threads, avoided by starting in prepare(), before they run) gets a second try in a fresh
+# session directory, which is cheap next to failing the run.
 LOCAL_START_ATTEMPTS = 2
 
 

@@ -9,16 +9,16 @@ MuZero for Atari:
     h^-1(y)  = sign(y) * (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)   (eps > 0)
     h^-1(y)  = sign(y) * ((|y| + 1)^2 - 1)                                            (eps = 0)
 
-Both are computed in forms without cancellation near 0: sqrt(u + 1) - 1 = u / (sqrt(u + 1) + 1),
-and with s = sqrt(1 + 4 eps (u + 1 + eps)), u = |y|, the inverse is sign(y) d (d + 2) with
-d = 2u / (1 + 2 eps + s), which also covers eps = 0 (d = u). (The textbook inverse squares a
-number near 1 and subtracts 1: in float32 its error near y = 0 reaches 8e-5.)
-
 and the bins live in h-space. Encoding clips h(x) to ``[low, high]`` and splits its
 mass between the two neighbouring bins in proportion to closeness ("two-hot"), so the
 expectation of the encoding over the bins is h(x) exactly. Decoding takes the
 expectation of a predicted distribution (softmax of logits) over the bins and maps it
 back with h^-1.
+
+h and h^-1 are computed in forms without cancellation near 0: sqrt(u + 1) - 1 = u / (sqrt(u + 1) + 1),
+and with s = sqrt(1 + 4 eps (u + 1 + eps)), u = |y|, the inverse is sign(y) d (d + 2) with
+d = 2u / (1 + 2 eps + s), which also covers eps = 0 (d = u). (The textbook inverse squares a
+number near 1 and subtracts 1: in float32 its error near y = 0 reaches 8e-5.)
 
 Each function exists twice: a NumPy version (``np_*``, float64 inside; used by tests,
 the replay and evaluators) and a TensorFlow version (``tf_*``, float32; used inside the
