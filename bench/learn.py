@@ -10,6 +10,15 @@
         gym:CartPole-v1 475, minatar:Breakout 10; other envs need --target. --stop_at_target ends a
         run as soon as it reaches the target (the time-to-target figures are unchanged).
 
+    python bench/learn.py --env=cartpole --seeds=3 --minutes=6 --snapshot_every_s=15 -- --preset=few_env_steps --max_env_steps=2500
+        Also exports the network every 15 s and, after each run, plays --snapshot_episodes
+        greedy episodes with every export (a frozen snapshot, as LightZero's evaluator plays
+        its policy between collections): snapshot_env_steps_to_target= (and for CartPole
+        snapshot_env_steps_to_195=) is the env-step count of the first snapshot whose mean
+        reaches it. The progress line's evaluation mean (last 20 episodes of an actor playing
+        the live network) trails the network: a 200-step episode credits its return to the
+        moment it ends, and 20 of them are averaged.
+
     python bench/learn.py --algo=sac --env=reach --seeds=3 --minutes=5 [-- --set=training.her_relabels=0]
         Goal envs (hindsight relabelling): trains each seed for the whole budget, then plays
         100 episodes with the export and prints success_rate= (median) and
@@ -92,14 +101,52 @@ def minutes_to(recs: list, threshold: float) -> float:
     return reached(recs, threshold)[0]
 
 
+def snapshot_returns(logdir: str, episodes: int, seed: int) -> list:
+    """[(env_steps, training_step, mean_return)] of every export in ``logdir``, by env steps:
+    each export (a frozen network) plays ``episodes`` greedy episodes."""
+    from muzero.algorithms.policy_export import evaluate_policy, is_policy_export
+    from muzero.eval.evaluator import evaluate, load_run
+    root = os.path.join(logdir, "export")
+    out = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name)
+        if not name.startswith("step-"):
+            continue
+        run = load_run(path) or {}
+        if "env_steps" not in run:
+            continue
+        play = evaluate_policy if is_policy_export(path) else evaluate
+        result = play(path, episodes=episodes, num_envs=min(episodes, 10), seed=20_000 + seed)
+        out.append((int(run["env_steps"]), int(run["training_step"]), float(result["mean_return"])))
+    return sorted(out)
+
+
+def first_snapshot(snapshots: list, threshold: float) -> float:
+    """Env steps of the first snapshot whose mean return is >= threshold; inf if none."""
+    return next((float(n) for n, _, r in snapshots if r >= threshold), float("inf"))
+
+
 def learn(args) -> None:
     name = args.env.replace(":", "_").replace("/", "_")
     minutes, steps, to_195, steps_195, finals = [], [], [], [], []
+    snap_target, snap_195 = [], []
+    exports = (["--export=false"] if not args.snapshot_every_s else
+               [f"--export_every_secs={args.snapshot_every_s:g}", "--keep_exports=0"])
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
-        train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", "--export=false", *args.extra],
+        train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", *exports, *args.extra],
               algo=args.algo, stop_at=args.target if args.stop_at_target else None)
+        if args.snapshot_every_s:
+            start = time.time()
+            snapshots = snapshot_returns(logdir, args.snapshot_episodes, seed)
+            print(f"  seed {seed}: {len(snapshots)} snapshots played in {time.time() - start:.0f} s: " +
+                  ", ".join(f"{r:.1f} at {n}" for n, _, r in snapshots), flush=True)
+            snap_target.append(first_snapshot(snapshots, args.target))
+            print(f"seed={seed} snapshot_env_steps_to_target={snap_target[-1]:.0f}", flush=True)
+            if args.cartpole:
+                snap_195.append(first_snapshot(snapshots, 195.0))
+                print(f"seed={seed} snapshot_env_steps_to_195={snap_195[-1]:.0f}", flush=True)
         recs = records(logdir)
         m, n = reached(recs, args.target)
         minutes.append(m)
@@ -116,6 +163,10 @@ def learn(args) -> None:
         print(f"minutes_to_195={statistics.median(to_195):.2f}")
         print(f"env_steps_to_195={statistics.median(steps_195):.0f}")
         print(f"minutes_to_solve={statistics.median(minutes):.2f}")
+    if args.snapshot_every_s:
+        if args.cartpole:
+            print(f"snapshot_env_steps_to_195={statistics.median(snap_195):.0f}")
+        print(f"snapshot_env_steps_to_target={statistics.median(snap_target):.0f}")
     print(f"target={args.target:g}")
     print(f"minutes_to_target={statistics.median(minutes):.2f}")
     print(f"env_steps_to_target={statistics.median(steps):.0f}")
@@ -182,11 +233,18 @@ def main() -> None:
     parser.add_argument("--stop_at_target", action="store_true",
                         help="end each run once it reaches --target (saves time; the final return is then "
                              "the return at the target, not after the whole budget)")
+    parser.add_argument("--snapshot_every_s", type=float, default=0.0,
+                        help="export every this many seconds and play each export afterwards "
+                             "(snapshot_env_steps_to_* lines); 0 = off (default)")
+    parser.add_argument("--snapshot_episodes", type=int, default=10,
+                        help="greedy episodes per snapshot (default 10)")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
     parser.add_argument("extra", nargs="*", help="extra learner flags, after --, e.g. -- --simulations=50")
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    if args.snapshot_every_s < 0 or args.snapshot_episodes < 1:
+        parser.error("--snapshot_every_s must be >= 0 and --snapshot_episodes >= 1")
     args.minutes = args.minutes or (15.0 if args.env == "tictactoe" else 10.0)
     sys.path.insert(0, ROOT)
     if args.env == "tictactoe":

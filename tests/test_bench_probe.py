@@ -75,3 +75,14 @@ def test_scores_ahead_stops_at_the_episode_end():
     assert scores_ahead(scores, done, 1)[:, 0].tolist() == [False, False, False, True, False, False]
     with pytest.raises(ValueError, match="no position with a full horizon"):
         scores_ahead(scores, done, 7)
+
+
+def test_first_snapshot_is_the_earliest_export_at_the_threshold():
+    # bench/learn.py --snapshot_every_s: (env steps, training step, mean return) per export,
+    # by env steps; a later dip below the threshold does not matter.
+    from learn import first_snapshot
+    snapshots = [(250, 100, 23.0), (600, 420, 201.5), (900, 700, 150.0), (1300, 1100, 500.0)]
+    assert first_snapshot(snapshots, 195.0) == 600.0
+    assert first_snapshot(snapshots, 475.0) == 1300.0
+    assert first_snapshot(snapshots, 501.0) == float("inf")
+    assert first_snapshot([], 195.0) == float("inf")

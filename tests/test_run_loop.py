@@ -121,7 +121,9 @@ def test_trains_checkpoints_exports_and_resumes_where_it_stopped(tmp_path):
     state = checkpoints.read_state(checkpoints.resolve_checkpoint(str(tmp_path)))
     assert state["env_steps"] == 50 and state["algo"] == "counter" and state["env"] == "cartpole"
     with open(tmp_path / "export" / "step-5" / "run.json") as f:   # the env an evaluator plays
-        assert json.load(f)["env"] == "cartpole"
+        run_json = json.load(f)
+    # ... and how far training was (the counter learner makes 10 env steps per training step)
+    assert run_json["env"] == "cartpole" and run_json["training_step"] == 5 and run_json["env_steps"] == 50
     lines = []
     run = _run(tmp_path, lines, max_train_steps=8)
     run.run()

@@ -415,9 +415,17 @@ class Run:
         path = os.path.join(root, f"step-{self.training_step}")
         partial = os.path.join(root, f".partial-step-{self.training_step}")
         self.learner.export(partial)
-        if not os.path.isfile(os.path.join(partial, "run.json")):   # the env eval plays
+        run_json = os.path.join(partial, "run.json")
+        if not os.path.isfile(run_json):   # the env eval plays
             from muzero.algorithms.policy_export import write_run_json
             write_run_json(partial, self.settings.env, self.settings.env_options)
+        # How far training was: an export is a snapshot that can be evaluated later against
+        # the env steps it had seen (bench/learn.py --snapshot_every_s).
+        with open(run_json) as f:
+            run = json.load(f)
+        run.update(training_step=int(self.training_step), env_steps=int(self.env_steps))
+        with open(run_json, "w") as f:
+            json.dump(run, f, indent=2, sort_keys=True)
         if os.path.isdir(path):   # the same step exported before (no training since): replace it
             shutil.rmtree(path)
         os.replace(partial, path)
