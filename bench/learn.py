@@ -109,9 +109,9 @@ def snapshot_returns(logdir: str, episodes: int, seed: int) -> list:
     root = os.path.join(logdir, "export")
     out = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        path = os.path.join(root, name)
         if not name.startswith("step-"):
             continue
+        path = os.path.join(root, name)
         run = load_run(path) or {}
         if "env_steps" not in run:
             continue

@@ -122,6 +122,12 @@ def _import_ray(loopback_only: bool):
 LOCAL_START_ATTEMPTS = 2
 
 
+def _one_line(e: BaseException) -> str:
+    """``Type: first line of the message`` of an exception Ray raised (its messages run long)."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def _start_local_ray(ray, cpus: int, log: Callable[[str], None]) -> None:
     """``ray.init`` for a Ray instance of this run only, tried ``LOCAL_START_ATTEMPTS`` times;
     raises :class:`core.LaunchError` (what failed, where Ray's logs are) if no try works."""
@@ -131,7 +137,7 @@ def _start_local_ray(ray, cpus: int, log: Callable[[str], None]) -> None:
                      logging_level=logging.WARNING, log_to_driver=True)
             return
         except Exception as e:  # noqa: BLE001 - Ray raises RuntimeError, ConnectionError, ...
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            reason = _one_line(e)
             try:
                 ray.shutdown()
             except Exception:  # noqa: BLE001 - a half-started instance
@@ -178,9 +184,8 @@ class RayActors(core.Launcher):
                 try:
                     ray.init(address=self._address, logging_level=logging.WARNING, log_to_driver=True)
                 except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ...
-                    first = str(e).splitlines()[0] if str(e) else ""
                     raise core.LaunchError(f"could not join the Ray cluster at --ray_address={self._address} "
-                                           f"({type(e).__name__}: {first}); start it first (ray start --head) "
+                                           f"({_one_line(e)}); start it first (ray start --head) "
                                            "or drop --ray_address for a local instance") from e
             else:
                 cpus = max(os.cpu_count() or 1, int(self.num_actors * self._cpus_per_actor + 0.999))
