@@ -221,3 +221,80 @@ def test_equal_returns_added_in_another_order_tie_to_the_lowest_id():
     assert net.trace[6] == (1, 0, 7)   # root action 0 (node 1), then its leaf again
     assert net.trace == ref["trace"]
     assert result.action[0] == ref["action"] == 0   # 4 visits against 3
+
+
+def _first_round_rounding_ties(config, value, logits, draws, network, monkeypatch):
+    """Runs the reference and counts the root selections where two candidates with
+    different g + log p have the same score after sigma is added (a tie made by rounding)."""
+    from muzero.mcts import reference
+    calls = []
+    original_sigma, original_score = reference.completed_sigma, reference._root_score
+
+    def sigma(*args, **kw):
+        calls.append(None)   # a new selection (root or interior) starts
+        return original_sigma(*args, **kw)
+
+    def score(config_, root, root_logp, gumbel, sigma_, a):
+        out = original_score(config_, root, root_logp, gumbel, sigma_, a)
+        calls.append((float(gumbel[a]) * config_.gumbel_scale + root_logp[a], out))
+        return out
+    monkeypatch.setattr(reference, "completed_sigma", sigma)
+    monkeypatch.setattr(reference, "_root_score", score)
+    ref = reference.run_gumbel_mcts(config, value, logits, None, 0, network, draws)
+    monkeypatch.undo()
+    ties, group = 0, []
+    for call in calls + [None]:
+        if call is not None:
+            group.append(call)
+            continue
+        best = max((s for _, s in group), default=None)
+        ties += len({base for base, s in group if s == best}) > 1
+        group = []
+    return ref, ties
+
+
+def test_root_candidates_that_tie_by_rounding_go_to_the_lowest_id(monkeypatch):
+    # In the first round the kernel takes the unvisited candidate with the largest g + log p
+    # from a sorted order; when sigma(v_mix) is added, g + log p one ulp apart can round to
+    # the same score, and the reference's rule (lowest id among equal scores) must still win.
+    # Draws one or two ulps apart on three actions per tree, in shuffled ids.
+    batch, num_actions = 48, 6
+    config = SearchConfig(root_selection="gumbel", num_simulations=10, max_num_considered_actions=num_actions,
+                          discount=0.97)
+    rng = np.random.default_rng(11)
+    net = PathNetwork(31, batch, num_actions, use_masks=False)
+    value = rng.normal(size=batch).astype(np.float32)
+    logits = np.zeros((batch, num_actions), np.float32)
+    draws = rng.normal(size=(batch, num_actions))
+    for b in range(batch):
+        x = 3.0 + rng.random()
+        for a, offset in zip(rng.permutation(num_actions)[:3], rng.permutation(3)):
+            draws[b, a] = x + offset * np.spacing(x)
+    net.trace = []
+    result = search(RootOutputs(value, logits), net, config, rng, noise=draws)
+    total_ties = 0
+    for b in range(batch):
+        ref, ties = _first_round_rounding_ties(config, float(value[b]), logits[b], draws[b], net.one_tree(b),
+                                               monkeypatch)
+        total_ties += ties
+        assert [(int(p[b]), int(a[b]), int(n[b])) for p, a, n in net.trace] == ref["trace"], f"tree {b}"
+        assert int(result.action[b]) == ref["action"]
+    assert total_ties > 0   # the case this test is for did occur
+
+
+def test_root_candidates_below_the_logit_floor_tie_at_minus_1e9():
+    # log p far below -1e9 (a float32 logit of -3e9 against 0): mctx floors the root score
+    # at -1e9, so those candidates tie and go in id order; the kernel then scores every action.
+    num_actions = 5
+    config = SearchConfig(root_selection="gumbel", num_simulations=9, max_num_considered_actions=num_actions)
+    logits = np.array([[-3e9, 0.0, -3e9, -3e9, 0.0]], np.float32)
+    draws = np.array([[-1.0, 0.0, 1.0, 2.0, 0.5]])   # g + log p orders them 3, 2, 0
+    net = PathNetwork(5, 1, num_actions, use_masks=False)
+    value = np.array([0.3], np.float32)
+    net.trace = []
+    result = search(RootOutputs(value, logits), net, config, np.random.default_rng(0), noise=draws)
+    ref = run_gumbel_mcts(config, 0.3, logits[0], None, 0, net.one_tree(0), draws[0])
+    first = [a for p, a, _ in net.trace[:num_actions]]
+    assert first == [4, 1, 0, 2, 3]   # 0.5 + 0, then 0 + 0, then the floored ones by id
+    assert [(int(p[0]), int(a[0]), int(n[0])) for p, a, n in net.trace] == ref["trace"]
+    assert int(result.action[0]) == ref["action"]

@@ -645,125 +645,152 @@ _RESCALE_EPSILON = 1e-8           # mctx's floor on max - min when rescaling Q t
 _LOW_LOGIT = -1e9                 # mctx's floor on g + log p + sigma at the root
 
 
-@njit(cache=True, inline='always')
-def _completion(b, node, node_raw_value, records, child_ids):
-    """Over the existing (hence visited) children of ``node``: (sum N, max N, sum of their
-    priors, v_mix, min and max of the completed Q over legal actions)."""
-    sum_n = 0.0
-    max_n = 0.0
-    sum_p = 0.0
-    sum_pq = 0.0
-    low = _INF
-    high = -_INF
-    for k in range(child_ids[b, node, _NUM_CHILDREN]):
-        c = child_ids[b, node, _CHILDREN + k]
-        n = records[b, c, _VISITS]
-        p = max(records[b, c, _PRIOR], _TINY)
-        q = records[b, c, _Q]
-        sum_n += n
-        max_n = max(max_n, n)
-        sum_p += p
-        sum_pq += p * q
-        low = min(low, q)
-        high = max(high, q)
-    raw = node_raw_value[b, node]
-    v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
-    if child_ids[b, node, _UNVISITED_ACTION] >= 0:   # some legal action has no child
-        low = min(low, v_mix)
-        high = max(high, v_mix)
-    return sum_n, max_n, v_mix, low, high
-
-
-@njit(cache=True, inline='always')
-def _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale, maxvisit_init, weights):
-    """argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N) at an interior node (lowest
-    id on ties). The unvisited actions share sigma(v_mix) and N = 0, so the best of them is
-    the one with the largest prior (lowest id), which the record already holds. ``weights``
-    [>= children] is scratch for the children's p * exp(sigma - top)."""
-    sum_n, max_n, v_mix, low, high = _completion(b, node, node_raw_value, records, child_ids)
-    scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
-    top = scale * (high - low)   # the largest sigma; exponents are taken relative to it
-    unvisited = child_ids[b, node, _UNVISITED_ACTION]
-    num_children = child_ids[b, node, _NUM_CHILDREN]
-    z = 0.0
-    visited_prior = 0.0
-    for k in range(num_children):
-        c = child_ids[b, node, _CHILDREN + k]
-        p = records[b, c, _PRIOR]
-        visited_prior += p
-        weights[k] = p * exp_nonpositive(scale * (records[b, c, _Q] - low) - top)
-        z += weights[k]
-    e_unvisited = 0.0
-    if unvisited >= 0:
-        e_unvisited = exp_nonpositive(scale * (v_mix - low) - top)
-        z += max(1.0 - visited_prior, 0.0) * e_unvisited   # the unvisited legal actions' prior mass
-    inv_z = 1.0 / z if z > 0.0 else 1.0
-    inv_n = 1.0 / (1.0 + sum_n)
-    best = -_INF
-    action = -1
-    if unvisited >= 0:
-        best = records[b, node, _UNVISITED_PRIOR] * e_unvisited * inv_z
-        action = unvisited
-    for k in range(num_children):
-        c = child_ids[b, node, _CHILDREN + k]
-        a = child_ids[b, c, _ACTION]
-        score = weights[k] * inv_z - records[b, c, _VISITS] * inv_n
-        if score > best or (score == best and a < action):
-            best = score
-            action = a
-    return action
-
-
-@njit(cache=True, inline='always')
-def _gumbel_root_action(b, root_base, table, num_considered, children_index, node_raw_value, records,
-                        child_ids, value_scale, maxvisit_init):
-    """Sequential halving at the root: among the legal actions whose visit count equals
-    ``table[m, simulations so far]`` (m = considered actions of this tree), the argmax of
-    max(-1e9, g + log p + sigma); lowest id on ties. root_base [B, A] holds g + log p."""
-    sum_n, max_n, v_mix, low, high = _completion(b, 0, node_raw_value, records, child_ids)
-    scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
-    considered_visit = table[num_considered[b], int(records[b, 0, _VISITS])]
-    best = -_INF
-    action = -1
-    fallback = -_INF
-    fallback_action = -1
-    for a in range(children_index.shape[2]):
-        child = children_index[b, 0, a]
-        if child == ILLEGAL:
-            continue
-        n = 0.0
-        q = v_mix
-        if child >= 0:
-            n = records[b, child, _VISITS]
-            q = records[b, child, _Q]
-        score = max(_LOW_LOGIT, root_base[b, a] + scale * (q - low))
-        if n == considered_visit and score > best:
-            best = score
-            action = a
-        if score > fallback:
-            fallback = score
-            fallback_action = a
-    # The table guarantees a candidate; the fallback only guards against a corrupt one.
-    return action if action >= 0 else fallback_action
-
-
 @njit(cache=True)
 def _gumbel_select_range(first, stop, sim, parents, actions, children_index, node_raw_value, records,
                          child_ids, max_depth, root_base, table, num_considered, value_scale,
-                         maxvisit_init):
+                         maxvisit_init, root_order, root_next):
     """:func:`_select_range` for Gumbel MuZero: sequential halving at the root, the
-    deterministic interior rule below it; same outputs and depth cut-off."""
-    weights = np.empty(children_index.shape[2], np.float64)
+    deterministic interior rule below it; same outputs and depth cut-off.
+
+    One loop body for every level, with no calls that take arrays (Numba pays atomic
+    reference counts for each array argument of every call, inlined or not, which cost
+    more than the arithmetic here). At each node: the completion over its existing
+    children (sum N, max N, v_mix, min and max of the completed Q), then the root's or the
+    interior's rule.
+
+    Root: while every candidate is unvisited (the first round of sequential halving) they
+    share sigma(v_mix), and the best is the first unvisited action in ``root_order``
+    [B, A] int32 (actions by g + log p, highest first, lowest id on ties; illegal ones
+    last); ``root_next`` [B] int32 is where that walk stopped last time (actions only gain
+    children). Later rounds score the root's existing children only (candidates have
+    visits). Interior: the unvisited actions share sigma(v_mix) and N = 0, so the best of
+    them is the one with the largest prior (lowest id), which the record already holds;
+    ``weights`` [A] is scratch for the children's p * exp(sigma - top).
+    """
+    num_actions = children_index.shape[2]
+    weights = np.empty(num_actions, np.float64)
     for b in range(first, stop):
         node = 0
         depth = 0
         while True:
-            if node == 0:
-                action = _gumbel_root_action(b, root_base, table, num_considered, children_index,
-                                             node_raw_value, records, child_ids, value_scale, maxvisit_init)
+            at_root = node == 0
+            num_children = child_ids[b, node, _NUM_CHILDREN]
+            unvisited = child_ids[b, node, _UNVISITED_ACTION]
+            if num_children == 0 and unvisited >= 0 and not at_root:
+                # No child yet: every legal action is unvisited, and the interior rule
+                # below would pick the largest prior (lowest id), the record's action.
+                parents[sim, b] = node
+                actions[sim, b] = unvisited
+                break
+            sum_n = 0.0
+            max_n = 0.0
+            sum_p = 0.0
+            sum_pq = 0.0
+            low = _INF
+            high = -_INF
+            for k in range(num_children):
+                c = child_ids[b, node, _CHILDREN + k]
+                n = records[b, c, _VISITS]
+                p = max(records[b, c, _PRIOR], _TINY)
+                q = records[b, c, _Q]
+                sum_n += n
+                max_n = max(max_n, n)
+                sum_p += p
+                sum_pq += p * q
+                low = min(low, q)
+                high = max(high, q)
+            raw = node_raw_value[b, node]
+            v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
+            if unvisited >= 0:   # some legal action has no child
+                low = min(low, v_mix)
+                high = max(high, v_mix)
+            scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+            action = -1
+            if at_root:
+                # Among the legal actions whose visits equal the table's entry, the argmax of
+                # max(-1e9, g + log p + sigma); lowest id on ties.
+                considered_visit = table[num_considered[b], int(records[b, 0, _VISITS])]
+                best = -_INF
+                if considered_visit == 0:   # the candidates are the unvisited actions
+                    i = root_next[b]
+                    while i < num_actions and children_index[b, 0, root_order[b, i]] >= 0:
+                        i += 1
+                    root_next[b] = i
+                    if i < num_actions and children_index[b, 0, root_order[b, i]] == UNVISITED:
+                        sigma = scale * (v_mix - low)
+                        best = root_base[b, root_order[b, i]] + sigma
+                        if best > _LOW_LOGIT:   # else every candidate ties at -1e9: full scan
+                            action = root_order[b, i]
+                            # Others whose sum rounds to the same float tie: lowest id.
+                            i += 1
+                            while i < num_actions and children_index[b, 0, root_order[b, i]] != ILLEGAL:
+                                other = root_order[b, i]
+                                if children_index[b, 0, other] == UNVISITED:
+                                    if root_base[b, other] + sigma != best:
+                                        break
+                                    action = min(action, other)
+                                i += 1
+                else:
+                    for k in range(num_children):   # the candidates have children
+                        c = child_ids[b, 0, _CHILDREN + k]
+                        if records[b, c, _VISITS] == considered_visit:
+                            a = child_ids[b, c, _ACTION]
+                            score = max(_LOW_LOGIT, root_base[b, a] + scale * (records[b, c, _Q] - low))
+                            if score > best or (score == best and a < action):
+                                best = score
+                                action = a
+                if action < 0:
+                    # Every candidate at -1e9, or none (the table guarantees one; this only
+                    # guards against a corrupt one): score every legal action.
+                    best = -_INF
+                    fallback = -_INF
+                    fallback_action = -1
+                    for a in range(num_actions):
+                        child = children_index[b, 0, a]
+                        if child == ILLEGAL:
+                            continue
+                        n = 0.0
+                        q = v_mix
+                        if child >= 0:
+                            n = records[b, child, _VISITS]
+                            q = records[b, child, _Q]
+                        score = max(_LOW_LOGIT, root_base[b, a] + scale * (q - low))
+                        if n == considered_visit and score > best:
+                            best = score
+                            action = a
+                        if score > fallback:
+                            fallback = score
+                            fallback_action = a
+                    if action < 0:
+                        action = fallback_action
             else:
-                action = _gumbel_interior_action(b, node, node_raw_value, records, child_ids, value_scale,
-                                                 maxvisit_init, weights)
+                # argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N); lowest id on ties.
+                top = scale * (high - low)   # the largest sigma; exponents are relative to it
+                z = 0.0
+                visited_prior = 0.0
+                for k in range(num_children):
+                    c = child_ids[b, node, _CHILDREN + k]
+                    p = records[b, c, _PRIOR]
+                    visited_prior += p
+                    weights[k] = p * exp_nonpositive(scale * (records[b, c, _Q] - low) - top)
+                    z += weights[k]
+                e_unvisited = 0.0
+                if unvisited >= 0:
+                    e_unvisited = exp_nonpositive(scale * (v_mix - low) - top)
+                    z += max(1.0 - visited_prior, 0.0) * e_unvisited   # the unvisited prior mass
+                inv_z = 1.0 / z if z > 0.0 else 1.0
+                inv_n = 1.0 / (1.0 + sum_n)
+                best = -_INF
+                if unvisited >= 0:
+                    best = records[b, node, _UNVISITED_PRIOR] * e_unvisited * inv_z
+                    action = unvisited
+                for k in range(num_children):
+                    c = child_ids[b, node, _CHILDREN + k]
+                    a = child_ids[b, c, _ACTION]
+                    score = weights[k] * inv_z - records[b, c, _VISITS] * inv_n
+                    if score > best or (score == best and a < action):
+                        best = score
+                        action = a
             child = children_index[b, node, action]
             if child < 0 or (max_depth > 0 and depth + 1 >= max_depth):
                 parents[sim, b] = node
@@ -778,11 +805,13 @@ def gumbel_step_serial(node_reward, node_raw_value, node_parent, node_action, ch
                        children_prior, min_max, records, child_ids,
                        sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                        root_actions, has_root_actions, exploration_table, discount, two_player,
-                       max_depth, root_base, table, num_considered, value_scale, maxvisit_init):
+                       max_depth, root_base, table, num_considered, value_scale, maxvisit_init,
+                       root_order, root_next):
     """:func:`step_serial` with Gumbel MuZero's selection (root_actions is not used). The
     extra arguments: root_base [B, A] float64 (g + log p at the root), table [m + 1, S]
     int32 (:func:`muzero.mcts.gumbel.considered_visit_table`), num_considered [B] int32,
-    and the sigma constants."""
+    the sigma constants, root_order [B, A] int32 and root_next [B] int32 (zeros before
+    the first step; above :func:`_gumbel_select_range`)."""
     batch = node_parent.shape[0]
     do_expand = sim >= 0
     next_sim = sim + 1 if do_expand else -1 - sim
@@ -797,7 +826,7 @@ def gumbel_step_serial(node_reward, node_raw_value, node_parent, node_action, ch
     if do_select:
         _gumbel_select_range(0, batch, next_sim, parents, actions, children_index, node_raw_value,
                              records, child_ids, max_depth, root_base, table, num_considered,
-                             value_scale, maxvisit_init)
+                             value_scale, maxvisit_init, root_order, root_next)
     return num_bad
 
 
@@ -807,7 +836,7 @@ def gumbel_step_parallel(node_reward, node_raw_value, node_parent, node_action, 
                          sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                          root_actions, has_root_actions, exploration_table, discount, two_player,
                          max_depth, root_base, table, num_considered, value_scale, maxvisit_init,
-                         num_chunks):
+                         root_order, root_next, num_chunks):
     """:func:`gumbel_step_serial` over chunks of trees on Numba's threads."""
     batch = node_parent.shape[0]
     num_chunks = max(1, min(batch, num_chunks))
@@ -828,7 +857,7 @@ def gumbel_step_parallel(node_reward, node_raw_value, node_parent, node_action, 
         if do_select:
             _gumbel_select_range(first, stop, next_sim, parents, actions, children_index, node_raw_value,
                                  records, child_ids, max_depth, root_base, table, num_considered,
-                                 value_scale, maxvisit_init)
+                                 value_scale, maxvisit_init, root_order, root_next)
         num_bad += bad
     return num_bad
 

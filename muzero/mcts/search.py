@@ -249,8 +249,11 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     if gumbel:
         table = gumbel_schedule.considered_visit_table(int(config.max_num_considered_actions), num_simulations)
         num_considered = np.minimum(legal.sum(axis=1), config.max_num_considered_actions).astype(np.int32)
+        root_next = np.zeros(batch, np.int32)
+        # Actions by g + log p, highest first, lowest id on ties (illegal ones, at -inf, last).
+        root_order = np.argsort(-root_base, axis=1, kind="stable").astype(np.int32)
         params += (root_base, table, num_considered, float(config.gumbel_value_scale),
-                   float(config.gumbel_maxvisit_init))
+                   float(config.gumbel_maxvisit_init), root_order, root_next)
         step_serial, step_parallel = kernels.gumbel_step_serial, kernels.gumbel_step_parallel
     if parallel:
         chunks = 4 * numba.get_num_threads()
