@@ -248,10 +248,16 @@ class TargetConfig:
     # refreshed visit distribution follows the prior and sharpens it: in CartPole runs with
     # half of each batch reanalysed the greedy policy collapsed to one action (return ~9).
     reanalyse_root_noise: bool = True
+    # Refresh whole unroll windows: each drawn position and the K after it in its episode
+    # (MuZero Reanalyse and EfficientZero recompute the targets of every unrolled step), so a
+    # row drawn from the refreshed pool trains on fresh policy targets along its unroll, not
+    # only at step 0. false: the drawn positions only.
+    reanalyse_whole_unroll: bool = True
 
     def __post_init__(self):
         check_bool(self, "reanalyse_values")
         check_bool(self, "reanalyse_root_noise")
+        check_bool(self, "reanalyse_whole_unroll")
         check_float(self, "reanalyse_fraction", 0.0, 1.0)
         check_int(self, "reanalyse_batch_size", 1, 1024)
         check_int(self, "num_unroll_steps", 0, 1000)

@@ -38,11 +38,11 @@ def segment(episode_id, start, length, rng, terminated=False):
                 to_play=np.zeros(length, np.int8), terminated=np.bool_(terminated), truncated=np.bool_(False))
 
 
-def make_replay(fraction=0.0, capacity=256, alpha=0.6, beta=0.4, seed=3):
+def make_replay(fraction=0.0, capacity=256, alpha=0.6, beta=0.4, seed=3, whole_unroll=True):
     return Replay(VECTOR, ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1, priority_exponent=alpha,
                                        importance_sampling_exponent=beta),
                   TargetConfig(num_unroll_steps=3, td_steps=2, discount=0.9, stack_frames=1,
-                               reanalyse_fraction=fraction), seed)
+                               reanalyse_fraction=fraction, reanalyse_whole_unroll=whole_unroll), seed)
 
 
 def fill(rep, seed=0):
@@ -127,6 +127,37 @@ def test_refreshed_positions_get_the_search_target_and_the_served_version(toy_se
         assert np.all(np.round(expected_policy * 16) == expected_policy * 16)
     assert toy_server.leases.num_active == 0            # the lease is held only during a search
     assert rep.stats()["reanalysed_live"] == len(refreshed)
+
+
+def test_whole_unroll_windows_follow_the_episode_across_segments():
+    # K = 3. Episode 1 is stored as indices 0..9 then (a later segment) 22..29; episode 2 is
+    # 10..21 and terminated. Only one position has a priority: the others keep the floor of
+    # 1e-3, which priority exponent 4 makes a weight of 1e-12, so every draw is that one.
+    rng = np.random.default_rng(0)
+
+    def only(rep, index):
+        priorities = np.zeros(40)
+        priorities[index] = 1.0
+        rep.update_priorities(np.arange(40, dtype=np.int64), priorities)
+        return rep
+
+    # From 8: 8, 9, then the next segment of its episode, 22, 23 (what a batch row at 8 unrolls over).
+    rep = only(fill(make_replay(fraction=0.5, alpha=4.0)), 8)
+    assert rep.reanalyse_positions(4, rng)["index"].tolist() == [8, 9, 22, 23]
+    # From 20 the episode ends after 21; with nothing else to draw, four rounds give only
+    # 20 and 21, and the rest are plain draws (repeats, as without windows).
+    rep = only(fill(make_replay(fraction=0.5, alpha=4.0)), 20)
+    assert rep.reanalyse_positions(3, rng)["index"].tolist() == [20, 21, 20]
+    # Without whole windows: the drawn positions only.
+    rep = only(fill(make_replay(fraction=0.5, alpha=4.0, whole_unroll=False)), 20)
+    assert rep.reanalyse_positions(3, rng)["index"].tolist() == [20, 20, 20]
+    # Two windows that overlap give each position once, in the order drawn.
+    rep = fill(make_replay(fraction=0.5, alpha=4.0))
+    priorities = np.zeros(40)
+    priorities[[30, 31]] = 1.0
+    rep.update_priorities(np.arange(40, dtype=np.int64), priorities)
+    index = rep.reanalyse_positions(5, rng)["index"].tolist()
+    assert index in ([30, 31, 32, 33, 34], [31, 32, 33, 34, 30])
 
 
 def batch_digest(batch):
@@ -323,6 +354,7 @@ def test_the_learner_runs_the_worker_through_its_service():
             time.sleep(0.01)
         metrics = learner.step()
         assert metrics["reanalyse/batch_fraction"] >= 0.5 and metrics["reanalyse/errors"] == 0
+        assert 0.0 < metrics["reanalyse/target_fraction"] <= 1.0
         # The second step trains at step 1 on targets made with the version-0 weights.
         assert metrics["reanalyse/weights_version"] == 0 and metrics["reanalyse/target_age"] == 1
     finally:

@@ -24,7 +24,8 @@ from muzero.replay import snapshot as snapshot_io
 from muzero.replay.rate_limiter import SampleToInsertRatio
 from muzero.replay.snapshot import SnapshotError
 from muzero.replay.store import TrajectoryStore, validate_segment
-from muzero.replay.targets import build_targets, finish_values, gather_inputs, gather_next_inputs
+from muzero.replay.targets import (build_targets, finish_values, gather_inputs, gather_next_inputs,
+                                   unroll_policy_slots)
 
 # values_fn(observation [M, *network_input_shape], index [M] int64) -> values [M] float,
 # each from the point of view of the player to move at that position.
@@ -283,17 +284,26 @@ class Replay:
 
     # ------------------------------------------------------------------ reanalyse
     def reanalyse_positions(self, count: int, rng: np.random.Generator) -> Optional[dict]:
-        """``count`` positions drawn by priority (with ``rng``, not the training sampler's
-        generator) for the reanalyse worker, or None while nothing is sampleable:
-        index [M] int64 (global), observation [M, *input_shape] (the network input, as in
-        a batch), legal_mask [M, A] bool (all True for envs without masks), to_play [M]."""
+        """``count`` positions for the reanalyse worker (drawn with ``rng``, not the training
+        sampler's generator), or None while nothing is sampleable: index [M] int64
+        (global), observation [M, *input_shape] (the network input, as in a batch),
+        legal_mask [M, A] bool (all True for envs without masks), to_play [M].
+
+        Positions are drawn by priority. With ``targets.reanalyse_whole_unroll`` each drawn
+        position brings the K after it in its episode (the policy targets a batch row there
+        unrolls over), in order and without repeats, until ``count`` are collected; after
+        four rounds of draws (a replay smaller than ``count``) the rest are plain draws."""
         store = self._store
         with self._cond:
             if self._closed:
                 raise ReplayClosedError("replay closed")
             if store.tree.total <= 0.0:
                 return None
-            slots = store.tree.sample(rng.random(int(count)))
+            count = int(count)
+            if self.target_config.reanalyse_whole_unroll:
+                slots = self._unroll_windows(count, rng)
+            else:
+                slots = store.tree.sample(rng.random(count))
             index = store.global_index(slots)
             frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
             legal = (store.legal_masks[slots] if store.legal_masks is not None
@@ -301,6 +311,21 @@ class Replay:
             to_play = store.to_play[slots].astype(np.int64)
         return {"index": index.astype(np.int64), "observation": self._assemble(frames, frame_actions),
                 "legal_mask": legal, "to_play": to_play}
+
+    def _unroll_windows(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """[count] slots: whole unroll windows of positions drawn by priority (see
+        :meth:`reanalyse_positions`); called with the lock held."""
+        store, k1 = self._store, self.target_config.num_unroll_steps + 1
+        chosen = np.zeros(0, np.int64)
+        for _ in range(4):
+            roots = store.tree.sample(rng.random(max(1, -(-(count - chosen.size) // k1))))
+            window = unroll_policy_slots(store, roots, k1 - 1).reshape(-1)
+            window = np.concatenate([chosen, window[window >= 0]])
+            _, first = np.unique(window, return_index=True)
+            chosen = window[np.sort(first)][:count]   # first occurrences, in order
+            if chosen.size == count:
+                return chosen
+        return np.concatenate([chosen, store.tree.sample(rng.random(count - chosen.size))])
 
     def write_reanalysed(self, index: np.ndarray, policies: np.ndarray, root_values: np.ndarray,
                          version: int) -> int:

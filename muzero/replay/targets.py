@@ -196,6 +196,14 @@ def gather_inputs(store, slots: np.ndarray, stack_frames: int, is_image: bool):
     return store.observations[frame_slots], frame_actions
 
 
+def unroll_policy_slots(store, slots: np.ndarray, num_unroll_steps: int) -> np.ndarray:
+    """[B, K+1] int64: the slots whose policy targets a batch row at each of ``slots`` ([B]
+    int64) trains on (t, t+1, .., t+K along the episode), -1 past its stored end."""
+    return unroll_targets(
+        slots, store.slot_segment, store.seg_first_slot, store.seg_length, store.seg_next,
+        store.seg_end, store.actions, store.rewards, store.to_play, num_unroll_steps, 1, 1.0)[7]
+
+
 def build_targets(store, slots: np.ndarray, num_unroll_steps: int, td_steps: int,
                   discount: float, rng: np.random.Generator) -> dict:
     """Targets for sampled slots ([B] int64), without the value bootstrap applied.

@@ -280,6 +280,9 @@ class MuZeroLearner(core.Learner):
         if versions is not None:   # rows whose step-0 target was reanalysed, and how many steps ago
             fresh = versions[:, 0] >= 0
             metrics["reanalyse/batch_fraction"] = float(fresh.mean())
+            # the share of the batch's policy targets (every unrolled step) that were reanalysed
+            targets = batch["policy_mask"] > 0
+            metrics["reanalyse/target_fraction"] = float((versions >= 0)[targets].mean()) if targets.any() else 0.0
             metrics["reanalyse/target_age"] = float(np.mean(step - versions[fresh, 0])) if fresh.any() else 0.0
             if self.reanalyse is not None:
                 metrics.update(self.reanalyse.stats())
