@@ -645,6 +645,34 @@ _RESCALE_EPSILON = 1e-8           # mctx's floor on max - min when rescaling Q t
 _LOW_LOGIT = -1e9                 # mctx's floor on g + log p + sigma at the root
 
 
+# The completion's arithmetic, shared by the selection (over a node's child list, in
+# creation order) and the root outputs (over the synced Tree, in action order). Scalars
+# only: a helper that took arrays would cost Numba's reference counting per call.
+# (sum N, max N, sum p, sum p q, min q, max q) before any child is added
+_COMPLETION_START = (0.0, 0.0, 0.0, 0.0, _INF, -_INF)
+
+
+@njit(cache=True, inline='always')
+def _completion_add(sum_n, max_n, sum_p, sum_pq, low, high, n, prior, q):
+    """Adds a visited child (visits n, prior, Q q) to the completion's running sums:
+    returns the new (sum N, max N, sum p, sum p q, min q, max q)."""
+    p = max(prior, _TINY)
+    return sum_n + n, max(max_n, n), sum_p + p, sum_pq + p * q, min(low, q), max(high, q)
+
+
+@njit(cache=True, inline='always')
+def _completion_finish(raw, sum_n, max_n, sum_p, sum_pq, low, high, has_unvisited, value_scale,
+                       maxvisit_init):
+    """From the sums over the visited children and the network's value ``raw`` at the node:
+    (v_mix, min and max of the completed Q over legal actions, the sigma scale)."""
+    v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
+    if has_unvisited:   # some legal action is completed by v_mix
+        low = min(low, v_mix)
+        high = max(high, v_mix)
+    scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+    return v_mix, low, high, scale
+
+
 @njit(cache=True)
 def _gumbel_select_range(first, stop, sim, parents, actions, children_index, node_raw_value, records,
                          child_ids, max_depth, root_base, table, num_considered, value_scale,
@@ -682,29 +710,14 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                 parents[sim, b] = node
                 actions[sim, b] = unvisited
                 break
-            sum_n = 0.0
-            max_n = 0.0
-            sum_p = 0.0
-            sum_pq = 0.0
-            low = _INF
-            high = -_INF
+            sum_n, max_n, sum_p, sum_pq, low, high = _COMPLETION_START
             for k in range(num_children):
                 c = child_ids[b, node, _CHILDREN + k]
-                n = records[b, c, _VISITS]
-                p = max(records[b, c, _PRIOR], _TINY)
-                q = records[b, c, _Q]
-                sum_n += n
-                max_n = max(max_n, n)
-                sum_p += p
-                sum_pq += p * q
-                low = min(low, q)
-                high = max(high, q)
-            raw = node_raw_value[b, node]
-            v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
-            if unvisited >= 0:   # some legal action has no child
-                low = min(low, v_mix)
-                high = max(high, v_mix)
-            scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+                sum_n, max_n, sum_p, sum_pq, low, high = _completion_add(
+                    sum_n, max_n, sum_p, sum_pq, low, high, records[b, c, _VISITS], records[b, c, _PRIOR],
+                    records[b, c, _Q])
+            v_mix, low, high, scale = _completion_finish(node_raw_value[b, node], sum_n, max_n, sum_p, sum_pq,
+                                                         low, high, unvisited >= 0, value_scale, maxvisit_init)
             action = -1
             if at_root:
                 # Among the legal actions whose visits equal the table's entry, the argmax of
@@ -875,35 +888,20 @@ def gumbel_root_outputs(children_index, children_visits, children_q, children_pr
     chosen = np.empty(batch, np.int32)
     sigma = np.empty(num_actions, np.float64)
     for b in range(batch):
-        sum_n = 0.0
-        max_n = 0.0
-        sum_p = 0.0
-        sum_pq = 0.0
-        low = _INF
-        high = -_INF
+        sum_n, max_n, sum_p, sum_pq, low, high = _COMPLETION_START
         has_unvisited = False
         for a in range(num_actions):
             child = children_index[b, 0, a]
             if child == ILLEGAL:
                 continue
             if child >= 0 and children_visits[b, 0, a] > 0:
-                n = np.float64(children_visits[b, 0, a])
-                p = max(children_prior[b, 0, a], _TINY)
-                q = children_q[b, 0, a]
-                sum_n += n
-                max_n = max(max_n, n)
-                sum_p += p
-                sum_pq += p * q
-                low = min(low, q)
-                high = max(high, q)
+                sum_n, max_n, sum_p, sum_pq, low, high = _completion_add(
+                    sum_n, max_n, sum_p, sum_pq, low, high, np.float64(children_visits[b, 0, a]),
+                    children_prior[b, 0, a], children_q[b, 0, a])
             else:
                 has_unvisited = True
-        raw = node_raw_value[b, 0]
-        v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
-        if has_unvisited:
-            low = min(low, v_mix)
-            high = max(high, v_mix)
-        scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
+        v_mix, low, high, scale = _completion_finish(node_raw_value[b, 0], sum_n, max_n, sum_p, sum_pq, low,
+                                                     high, has_unvisited, value_scale, maxvisit_init)
         top = -_INF
         for a in range(num_actions):
             child = children_index[b, 0, a]
