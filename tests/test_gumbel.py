@@ -284,7 +284,7 @@ def test_root_candidates_that_tie_by_rounding_go_to_the_lowest_id(monkeypatch):
 
 def test_root_candidates_below_the_logit_floor_tie_at_minus_1e9():
     # log p far below -1e9 (a float32 logit of -3e9 against 0): mctx floors the root score
-    # at -1e9, so those candidates tie and go in id order; the kernel then scores every action.
+    # at -1e9, so those candidates tie and go in id order; the kernel then takes the lowest-id candidate.
     num_actions = 5
     config = SearchConfig(root_selection="gumbel", num_simulations=9, max_num_considered_actions=num_actions)
     logits = np.array([[-3e9, 0.0, -3e9, -3e9, 0.0]], np.float32)

@@ -732,7 +732,7 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                     if i < num_actions and children_index[b, 0, root_order[b, i]] == UNVISITED:
                         sigma = scale * (v_mix - low)
                         best = root_base[b, root_order[b, i]] + sigma
-                        if best > _LOW_LOGIT:   # else every candidate ties at -1e9: full scan
+                        if best > _LOW_LOGIT:   # else every candidate ties at -1e9: below
                             action = root_order[b, i]
                             # Others whose sum rounds to the same float tie: lowest id.
                             i += 1
@@ -753,29 +753,21 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                                 best = score
                                 action = a
                 if action < 0:
-                    # Every candidate at -1e9, or none (the table guarantees one; this only
-                    # guards against a corrupt one): score every legal action.
-                    best = -_INF
-                    fallback = -_INF
-                    fallback_action = -1
+                    # Every candidate's score is at the -1e9 floor, so they tie: the lowest id
+                    # among them. (The table guarantees a candidate; the first legal action
+                    # only guards against a corrupt one.)
+                    first_legal = -1
                     for a in range(num_actions):
                         child = children_index[b, 0, a]
                         if child == ILLEGAL:
                             continue
-                        n = 0.0
-                        q = v_mix
-                        if child >= 0:
-                            n = records[b, child, _VISITS]
-                            q = records[b, child, _Q]
-                        score = max(_LOW_LOGIT, root_base[b, a] + scale * (q - low))
-                        if n == considered_visit and score > best:
-                            best = score
+                        if first_legal < 0:
+                            first_legal = a
+                        if (records[b, child, _VISITS] if child >= 0 else 0.0) == considered_visit:
                             action = a
-                        if score > fallback:
-                            fallback = score
-                            fallback_action = a
+                            break
                     if action < 0:
-                        action = fallback_action
+                        action = first_legal
             else:
                 # argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N); lowest id on ties.
                 top = scale * (high - low)   # the largest sigma; exponents are relative to it
