@@ -333,8 +333,10 @@ def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(
     with open(os.path.join(export, "muzero_export.json")) as f:
         description = json.load(f)
     assert description["algo"] == "r2d2" and description["state"] == {"c": [64], "h": [64]}
-    proc = _run("muzero.eval", [f"--export_dir={export}", "--episodes=2", "--num_envs=2"], timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The export plays (the function `python -m muzero.eval` calls; test_algorithms_e2e runs
+    # the command itself in a fresh process).
+    from muzero.algorithms.policy_export import evaluate_policy
+    assert 8 <= evaluate_policy(export, episodes=2, num_envs=2)["mean_return"] <= 500   # a CartPole-v1 return
 
     proc = _run("muzero.learner", ["--algo=r2d2", "--env=gym:Pendulum-v1", f"--logdir={tmp_path / 'p'}"],
                 timeout=120)
