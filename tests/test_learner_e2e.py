@@ -145,13 +145,15 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
 def test_atari_tiny_network_runs_on_cpu(tmp_path):
     logdir = str(tmp_path / "atari")
     # Stops after the second training step (60 s is only a cap): the run ends once training runs.
-    # No export at the end (the conv export is tic-tac-toe's test below).
+    # No export at the end (the conv export is tic-tac-toe's test below), and a small replay: a
+    # checkpoint writes the whole preallocated ring (1.8 GB of frames at the default capacity).
     proc = _learner([f"--logdir={logdir}", "--env=atari", "--max_train_steps=2", "--max_seconds=60", "--num_actors=1",
                      "--export=false",
                      "--num_eval_actors=0", "--envs_per_actor=4", "--simulations=4", "--batch_size=8",
                      "--set=targets.stack_frames=2", "--set=network.conv_channels=8",
                      "--set=network.conv_reduced_channels=4", "--set=network.head_hidden_size=16",
                      "--set=replay.min_steps_to_sample=100", "--set=replay.segment_length=20",
+                     "--set=replay.capacity_steps=5000",
                      "--set=network.value_support={\"low\": -20, \"high\": 20, \"num_bins\": 41}",
                      "--set=network.reward_support={\"low\": -5, \"high\": 5, \"num_bins\": 11}",
                      '--env_options={"game": "Pong"}'])

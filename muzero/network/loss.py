@@ -265,7 +265,7 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
         raise ValueError("make_train_step: no variables to train")
     clip = float(training_config.gradient_clip_norm)
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_step(batch, n_forward=None):
         with tf.GradientTape() as tape:
             total, metrics, priorities = compute_loss(network, batch, training_config,
@@ -347,7 +347,7 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
         metrics = {k: v * tf.maximum(counts[k], 1.0) if k in counts else v for k, v in metrics.items()}
         return total, metrics, counts, priorities, grads
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(batch, n_forward=None):
         args = (batch,) if n_forward is None else (batch, n_forward)
         total, metrics, counts, priorities, grads = strategy.run(replica_step, args=args)

@@ -99,7 +99,7 @@ class PretrainTrainer:
         # Frame channels of an image input (the rest are action planes): T * C.
         self.frame_channels = (self.stack * int(descriptor.observation_shape[-1])) if descriptor.is_image else 0
         spec = tf.TensorSpec([None, *self.network.input_shape], self.network.input_dtype)
-        self._train_step = tf.function(self._step, input_signature=[spec, spec])
+        self._train_step = tf.function(self._step, input_signature=[spec, spec], autograph=False)
 
     def _step(self, view1: tf.Tensor, view2: tf.Tensor) -> dict:
         p, t = self.config.pretrain, self.config.training

@@ -97,7 +97,7 @@ class _Runner:
         # canonicalises its arguments and looks up its trace on every call, which cost
         # about 300 µs of the GIL per batch (measured, 1,024 rows), a third of the call.
         def concrete(fn, *signature):
-            return tf.function(fn, input_signature=list(signature)).get_concrete_function()
+            return tf.function(fn, input_signature=list(signature), autograph=False).get_concrete_function()
 
         self.initial_cache = concrete(self.initial_cache, obs, rows)
         self.recurrent_cache = concrete(self.recurrent_cache, rows, act, rows)

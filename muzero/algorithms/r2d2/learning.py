@@ -418,7 +418,7 @@ class R2D2Learner(CheckpointedLearner):
                        "data/episode_ends": tf.reduce_sum(tf.cast(reset[burn_in + 1:], tf.float32))}
             return metrics, priorities
 
-        return tf.function(train_step, input_signature=signature)
+        return tf.function(train_step, input_signature=signature, autograph=False)
 
     def train_on(self, indices, items: dict, weights) -> dict:
         """One update on sampled sequences (``ItemReplay.sample``'s output); refreshes their

@@ -263,7 +263,7 @@ class SACLearner(CheckpointedLearner):
             return tf.stack([critic_loss, actor_loss, alpha_loss, alpha, entropy, tf.reduce_mean(q1),
                              tf.reduce_mean(y), critic_norm, actor_norm])
 
-        return tf.function(train_step, input_signature=[obs_spec, action_spec, vec, obs_spec, vec])
+        return tf.function(train_step, input_signature=[obs_spec, action_spec, vec, obs_spec, vec], autograph=False)
 
     def train_on(self, batch: dict) -> dict:
         """One update on a batch ``{observation, action, reward, next_observation, discount}``."""

@@ -393,7 +393,7 @@ class VTraceLearner(CheckpointedLearner):
             metrics["training/learning_rate"] = tf.cast(learning_rate, tf.float32)
             return metrics
 
-        return tf.function(train_step, input_signature=signature)
+        return tf.function(train_step, input_signature=signature, autograph=False)
 
     def train_on(self, unrolls: list) -> dict:
         """One update on these unrolls (each [T+1, ...], same T); returns metrics (floats)."""
