@@ -106,10 +106,8 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert killed is not None, "training never started:\n" + out[-3000:]
 
     records = _records(logdir)
-    after_kill = [r for r in records if r["training_step"] > killed[1]]
-    assert after_kill and after_kill[-1]["training_step"] >= killed[1] + 20, \
-        "training stopped after an actor was killed"
-    assert after_kill[-1]["env_steps"] > killed[2], "no env steps after an actor was killed"
+    assert records[-1]["training_step"] >= killed[1] + 20, "training stopped after an actor was killed"
+    assert records[-1]["env_steps"] > killed[2], "no env steps after an actor was killed"
     assert "restarting it" in out
     assert records[-1]["env_steps"] > 1000 and records[-1]["replay_steps"] > 1000
     losses = [r for r in records if r.get("loss/value") is not None]
