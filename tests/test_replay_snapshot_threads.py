@@ -362,3 +362,63 @@ def test_counter_checks_accept_every_state_a_store_goes_through(tmp_path):
         snapshot_io.check_store_counters(arrays, json.loads(json.dumps(counters)))
     rep.snapshot(str(tmp_path / "snap"))
     assert Replay.restore(str(tmp_path / "snap")).stats() == rep.stats()
+
+
+def test_a_ring_that_has_not_wrapped_saves_only_its_written_rows(tmp_path, monkeypatch):
+    """Before the ring wraps only rows [0, head) were ever written: the snapshot holds those
+    (24 of 1,000 here), and loading, even into a store that held other data, gives back
+    every array of the original, rows never written included (their initial values)."""
+    masked = EnvDescriptor("img", (6, 6, 1), "uint8", 4, kind="image", frame_layout="HWC", has_legal_mask=True)
+    rc = ReplayConfig(capacity_steps=1000, min_steps_to_sample=1)
+    tc = TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=4, reanalyse_fraction=0.5)
+    rep = Replay(masked, rc, tc, 0)
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        seg = random_segment(masked, rng, k, 0, 8)
+        seg["legal_masks"] = rng.random((8, 4)) < 0.7
+        rep.insert(seg)
+    snap = str(tmp_path / "snap")
+    rep.snapshot(snap)
+    assert np.load(os.path.join(snap, "observations.npy")).shape == (24, 6, 6, 1)
+    assert np.load(os.path.join(snap, "seg_next.npy")).shape == (24,)
+    assert os.path.getsize(os.path.join(snap, "actions.npy")) < 128 + 24 * 4 + 1   # npy header + 24 int32
+    other = Replay(masked, rc, tc, 1)   # same capacity, more rows written: they must be reset
+    for k in range(10):
+        other.insert(random_segment(masked, rng, 50 + k, 0, 9))
+    other.load(snap)
+    fresh = Replay.restore(snap)
+    for name in rep._store.array_fields():
+        for loaded in (other, fresh):
+            np.testing.assert_array_equal(getattr(loaded._store, name), getattr(rep._store, name), err_msg=name)
+    assert fresh.stats() == rep.stats()
+    assert_same_batch(rep.sample(16), fresh.sample(16))
+
+    # A snapshot of the same ring written before stores saved only their written rows (whole
+    # arrays, no capacity/rows counters) still loads, to the same contents.
+    def whole_arrays(store):
+        arrays = {name: getattr(store, name) for name in store.array_fields()}
+        counters = {name: getattr(store, name) for name in store._COUNTERS}
+        counters["episodes"] = [[k, v[0], v[1]] for k, v in store.episodes.items()]
+        return arrays, counters
+    monkeypatch.setattr(type(rep._store), "state", whole_arrays)
+    rep.snapshot(str(tmp_path / "whole"))
+    monkeypatch.undo()
+    assert np.load(os.path.join(tmp_path, "whole", "actions.npy")).shape == (1000,)
+    old = Replay.restore(str(tmp_path / "whole"))
+    for name in rep._store.array_fields():
+        np.testing.assert_array_equal(getattr(old._store, name), getattr(rep._store, name), err_msg=name)
+
+    def as_version_1(manifest):   # no checksums: the counter checks alone must catch these
+        manifest.pop("checksums")
+        manifest["version"] = 1
+    pristine = open(os.path.join(snap, "manifest.json")).read()
+    for field, value, message in [("head", 25, "saves min(head, capacity) = 25 array rows; this snapshot has 24"),
+                                  ("rows", 23, "=23, but the arrays have 24 rows"),
+                                  ("seg_head", 30, "=30 is above head=24"),
+                                  ("capacity", 20, "=20 is below the 24 array rows saved")]:
+        open(os.path.join(snap, "manifest.json"), "w").write(pristine)
+        _edit_manifest(snap, as_version_1)
+        _edit_manifest(snap, _set(f"meta.store.{field}", value))
+        with pytest.raises(ValueError, match=re.escape(message)) as info:
+            Replay.restore(snap)
+        assert info.value.field == f"meta.store.{field}"

@@ -26,6 +26,12 @@ lengths and slots, ``num_sampleable`` against the sampleable flags, ...); it rai
 ``ValueError``) when that is a manifest field. Version 1 snapshots (no checksums) are
 still read, with the counter checks.
 
+A trajectory store whose ring has not wrapped yet saves only the rows it has written
+(``meta.store.rows`` = ``head`` of ``meta.store.capacity``), so a checkpoint early in a
+run with a large replay writes what it holds, not the whole preallocated ring; the
+counter checks then also hold ``head`` to ``rows``. Snapshots without those two fields
+hold whole arrays.
+
 Imports only NumPy and the standard library.
 """
 from __future__ import annotations
@@ -257,14 +263,31 @@ def check_store_counters(arrays: dict, store: dict, where: str = "") -> None:
         raise SnapshotFieldError(f"{prefix}meta.store is {_short(store)}, not an object", "meta.store")
     if any(name not in arrays or arrays[name].ndim < 1 for name in _STORE_ARRAYS):
         return
-    c = arrays["actions"].shape[0]
-    if c < 1 or any(arrays[name].shape[0] != c for name in _STORE_ARRAYS):
+    n = arrays["actions"].shape[0]
+    if any(arrays[name].shape[0] != n for name in _STORE_ARRAYS):
         return
-    for name in _STORE_INTS:
+    # Snapshots written before the store trimmed its arrays have no capacity/rows: whole arrays.
+    has_rows = "capacity" in store or "rows" in store
+    for name in _STORE_INTS + (("capacity", "rows") if has_rows else ()):
         value = store.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             bad(name, f"is {_short(value)}; expected an integer >= 0")
+    c, rows = (store["capacity"], store["rows"]) if has_rows else (n, n)
+    if c < 1:
+        if has_rows:
+            bad("capacity", f"={c}; a store holds at least one step")
+        return
     head, tail, seg_head, seg_tail = store["head"], store["tail"], store["seg_head"], store["seg_tail"]
+    if rows != n:
+        bad("rows", f"={rows}, but the arrays have {n} rows")
+    if rows > c:
+        bad("capacity", f"={c} is below the {rows} array rows saved")
+    if has_rows and rows != min(head, c):   # rows below the capacity are the head's; a wrapped ring saves all
+        name, value = ("head", head) if rows < c else ("rows", rows)
+        bad(name, f"={value}: a store of capacity {c} with head={head} saves min(head, capacity) = "
+                  f"{min(head, c)} array rows; this snapshot has {rows}")
+    if seg_head > head:
+        bad("seg_head", f"={seg_head} is above head={head}; every segment holds at least one step")
     steps, segments = head - tail, seg_head - seg_tail
     if steps < 0:
         bad("head", f"={head} is below tail={tail}")

@@ -52,6 +52,8 @@ _REQUIRED = ("episode_id", "start", "observations", "actions", "rewards", "root_
              "policies", "to_play", "terminated", "truncated")
 _OPTIONAL = ("legal_masks", "priorities")
 _SEG_FIELDS = ("seg_episode", "seg_start", "seg_length", "seg_first_slot", "seg_prev", "seg_next")
+# Initial value of the arrays that do not start as zeros (what a row holds until first written).
+_INITIAL = {"legal_masks": True, "target_version": -1, **dict.fromkeys(_SEG_FIELDS, -1)}
 
 
 def _scalar(segment: dict, name: str, kind: str):
@@ -464,25 +466,42 @@ class TrajectoryStore:
     def state(self) -> tuple[dict, dict]:
         """(arrays by name, JSON-able counters): everything needed to rebuild this store.
 
+        Until the ring first wraps (``head < capacity``) only rows ``[0, head)`` of every
+        array have ever been written (segment ids stay below ``head`` too: each segment
+        holds a step), so only those rows are returned; the rest hold their initial
+        values, which ``load_state`` puts back. An early snapshot of a large replay is
+        therefore as small as its contents. ``counters["rows"]`` says how many rows the
+        arrays have (``capacity`` for the whole arrays, frames' padding row included).
         The sum tree is not part of the state: it is a pure function of the raw
         priorities, the sampleable flags and alpha, and is rebuilt on load.
         """
-        arrays = {name: getattr(self, name) for name in self.array_fields()}
+        rows = min(self.head, self.capacity)
+        arrays = {name: getattr(self, name) if rows == self.capacity else getattr(self, name)[:rows]
+                  for name in self.array_fields()}
         counters = {name: getattr(self, name) for name in self._COUNTERS}
         counters["episodes"] = [[k, v[0], v[1]] for k, v in self.episodes.items()]
+        counters["capacity"], counters["rows"] = self.capacity, rows
         return arrays, counters
 
     def load_state(self, arrays: dict, counters: dict) -> None:
+        """Loads ``state()``'s output. Counters without ``capacity``/``rows`` (snapshots
+        written before arrays were trimmed) mean whole arrays."""
+        capacity = int(counters.get("capacity", self.capacity))
+        if capacity != self.capacity:
+            raise ValueError(f"the snapshot's store has capacity {capacity}; this one has {self.capacity}")
+        rows = int(counters.get("rows", capacity))
         for name in self.array_fields():
             if name == "target_version" and name not in arrays:
                 # A snapshot written without reanalyse: its stored targets are the actors'.
                 self.target_version[...] = -1
                 continue
             target, source = getattr(self, name), arrays[name]
-            if source.shape != target.shape or source.dtype != target.dtype:
+            shape = target.shape if rows == capacity else (rows,) + target.shape[1:]
+            if source.shape != shape or source.dtype != target.dtype:
                 raise ValueError(f"snapshot array '{name}' is {source.shape} {source.dtype}, "
-                                 f"expected {target.shape} {target.dtype}")
-            target[...] = source
+                                 f"expected {shape} {target.dtype}")
+            target[:len(source)] = source
+            target[len(source):] = _INITIAL.get(name, 0)
         for name in self._COUNTERS:
             setattr(self, name, type(getattr(self, name))(counters[name]))
         self.episodes = {int(k): [int(s), int(f)] for k, s, f in counters["episodes"]}
