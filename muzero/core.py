@@ -65,15 +65,23 @@ class EpisodeLog:
     def add(self, returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -> None:
         with self.lock:
             self.recent[evaluation].extend(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
-            self.since_summary[evaluation].extend(np.asarray(returns).tolist())
+            self.since_summary[evaluation].extend(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
             self.count[evaluation] += len(returns)
 
     def mean_return(self, evaluation: bool) -> float:
+        """Mean return of the recent episodes (the last 100 training or 20 evaluation ones)."""
         with self.lock:
             values = [r for r, _ in self.recent[evaluation]]
         return float(np.mean(values)) if values else float("nan")
 
+    def mean_length(self, evaluation: bool) -> float:
+        """Mean length in agent steps of the same recent episodes."""
+        with self.lock:
+            values = [n for _, n in self.recent[evaluation]]
+        return float(np.mean(values)) if values else float("nan")
+
     def take_since_summary(self, evaluation: bool) -> list:
+        """(return, length) of each episode added since the last call; clears them."""
         with self.lock:
             out, self.since_summary[evaluation] = self.since_summary[evaluation], []
         return out

@@ -131,6 +131,24 @@ def test_trains_checkpoints_exports_and_resumes_where_it_stopped(tmp_path):
     assert BUILDER.learner.count == 8 and run.env_steps == 80
 
 
+def test_progress_records_mean_return_and_length_over_the_recent_episodes(tmp_path):
+    """Training means cover the last 100 episodes, evaluation ones the last 20; summaries get
+    each episode once."""
+    run = _run(tmp_path, max_train_steps=2)
+    episodes = run.context.episodes
+    episodes.add(np.arange(150.0), np.arange(150) + 1000, evaluation=False)   # returns 0..149
+    episodes.add(np.array([-3.0, 5.0]), np.array([7, 9]), evaluation=True)
+    record = run.run()
+    # last 100 of 0..149: 50..149, mean 99.5; lengths 1050..1149, mean 1099.5
+    assert record["return_train"] == 99.5 and record["length_train"] == 1099.5
+    assert record["return_eval"] == 1.0 and record["length_eval"] == 8.0
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert json.loads(f.readlines()[-1])["length_eval"] == 8.0
+    episodes.add(np.array([2.0]), np.array([4]), evaluation=True)
+    assert episodes.take_since_summary(True) == [(2.0, 4)]   # the earlier ones went into a summary
+    assert episodes.take_since_summary(True) == []
+
+
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_older_one(tmp_path):
     _run(tmp_path, max_train_steps=3).run()
     _run(tmp_path, max_train_steps=6).run()

@@ -337,6 +337,7 @@ class Run:
         record = {"time": elapsed, "training_step": self.training_step, "env_steps": self.env_steps,
                   "env_steps_per_s": env_rate, "train_steps_per_s": step_rate,
                   "return_train": train_ret, "return_eval": eval_ret,
+                  "length_train": episodes.mean_length(False), "length_eval": episodes.mean_length(True),
                   "episodes_train": episodes.count[False], "episodes_eval": episodes.count[True],
                   **extra, **batching, **metrics}
 
@@ -346,9 +347,11 @@ class Run:
             for key, value in extra.items():
                 tf.summary.scalar(f"learner/{key}", value)
             for evaluation, tag in ((False, "train"), (True, "eval")):
-                returns = episodes.take_since_summary(evaluation)
-                if returns:
+                finished = episodes.take_since_summary(evaluation)
+                if finished:
+                    returns, lengths = zip(*finished)
                     tf.summary.scalar(f"episode/return_{tag}", float(np.mean(returns)))
+                    tf.summary.scalar(f"episode/length_{tag}", float(np.mean(lengths)))
             for key, value in stats.items():
                 if isinstance(value, (int, float)) and ("batch" in key or "latency" in key):
                     tf.summary.scalar(f"inference/{key}", value)
