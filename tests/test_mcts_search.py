@@ -379,3 +379,40 @@ def test_value_sums_are_the_exact_sum_whatever_the_order():
             sums.add(naive)
         naive_differs += len(sums) > 1
     assert naive_differs > 50   # the orders matter to a running sum
+
+
+@pytest.mark.parametrize("root_selection", ["puct", "gumbel"])
+def test_warmup_compiles_the_signatures_an_actors_search_uses(root_selection):
+    """An actor's network outputs arrive as read-only views of the gRPC message, which Numba
+    types apart from writable arrays: the warm-up must compile those signatures too, or every
+    actor of a fresh clone compiles the search again."""
+    from muzero.mcts import kernels
+    from muzero.rpc import wire
+    from muzero.warmup import compile_group
+
+    compile_group(f"{root_selection}_serial")
+    step = kernels.gumbel_step_serial if root_selection == "gumbel" else kernels.step_serial
+    warmed = {fn: set(fn.signatures) for fn in (kernels.init_roots, step)}
+    rng = np.random.default_rng(3)
+    root = wire.decode(wire.encode({"value": rng.random(5, dtype=np.float32),
+                                    "logits": rng.random((5, 4), dtype=np.float32)}))
+    assert not root["value"].flags.writeable and not root["logits"].flags.writeable
+
+    def recurrent_fn(parent, action, node):
+        out = wire.decode(wire.encode({"reward": rng.random(5, dtype=np.float32),
+                                       "value": rng.random(5, dtype=np.float32),
+                                       "logits": rng.random((5, 4), dtype=np.float32)}))
+        return out["reward"], out["value"], out["logits"]
+    config = SearchConfig(num_simulations=6, root_selection=root_selection)
+    search(RootOutputs(value=root["value"], policy_logits=root["logits"]), recurrent_fn, config, rng)
+    for fn, signatures in warmed.items():
+        assert set(fn.signatures) == signatures, f"{fn.__name__} compiled a signature the warm-up did not"
+
+
+def test_warmup_refuses_unknown_groups_and_bad_jobs(capsys):
+    from muzero.warmup import compile_group, main
+    with pytest.raises(ValueError, match="unknown kernel group 'nope'; known: puct_serial"):
+        compile_group("nope")
+    with pytest.raises(SystemExit):
+        main(["--jobs=0"])
+    assert "--jobs=0 must be >= 1" in capsys.readouterr().err
