@@ -19,7 +19,7 @@ $(STAMP): setup.py
 	@touch $(STAMP)
 
 # `python -m muzero.warmup` compiles the Numba kernels into $(NUMBA_CACHE_DIR) on all cores
-# (about 35 s on 2 cores the first time, about a second once cached), so that tests and
+# (35-40 s on 2 cores the first time, about a second once cached), so that tests and
 # actor processes load them instead of each compiling its own.
 test: install
 	@mkdir -p $(NUMBA_CACHE_DIR)
