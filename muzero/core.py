@@ -63,22 +63,24 @@ class EpisodeLog:
         self.count = {False: 0, True: 0}
 
     def add(self, returns: np.ndarray, lengths: np.ndarray, evaluation: bool) -> None:
+        finished = list(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
         with self.lock:
-            self.recent[evaluation].extend(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
-            self.since_summary[evaluation].extend(zip(np.asarray(returns).tolist(), np.asarray(lengths).tolist()))
-            self.count[evaluation] += len(returns)
+            self.recent[evaluation].extend(finished)
+            self.since_summary[evaluation].extend(finished)
+            self.count[evaluation] += len(finished)
+
+    def _recent_mean(self, evaluation: bool, column: int) -> float:
+        with self.lock:
+            values = [episode[column] for episode in self.recent[evaluation]]
+        return float(np.mean(values)) if values else float("nan")
 
     def mean_return(self, evaluation: bool) -> float:
         """Mean return of the recent episodes (the last 100 training or 20 evaluation ones)."""
-        with self.lock:
-            values = [r for r, _ in self.recent[evaluation]]
-        return float(np.mean(values)) if values else float("nan")
+        return self._recent_mean(evaluation, 0)
 
     def mean_length(self, evaluation: bool) -> float:
         """Mean length in agent steps of the same recent episodes."""
-        with self.lock:
-            values = [n for _, n in self.recent[evaluation]]
-        return float(np.mean(values)) if values else float("nan")
+        return self._recent_mean(evaluation, 1)
 
     def take_since_summary(self, evaluation: bool) -> list:
         """(return, length) of each episode added since the last call; clears them."""
