@@ -31,6 +31,9 @@ class RewardProbe:
       min_reward, max_reward: extremes of one step's reward.
       mean_return: mean undiscounted return of the finished episodes, or None if none ended.
       seconds: wall time of the probe.
+      typical_abs_reward: mean |reward| over the steps that did not end an episode (what
+        an ordinary step pays, apart from a crash penalty or goal bonus on the last step),
+        or None when every step ended an episode.
     """
 
     env_steps: int
@@ -40,6 +43,7 @@ class RewardProbe:
     max_reward: float
     mean_return: Optional[float]
     seconds: float
+    typical_abs_reward: Optional[float] = None
 
 
 def probe_rewards(name: str, options: Optional[dict] = None, *, num_envs: int = 8, max_env_steps: int = 5_000,
@@ -59,6 +63,7 @@ def probe_rewards(name: str, options: Optional[dict] = None, *, num_envs: int = 
     start = time.perf_counter()
     steps = episodes = 0
     lo, hi = np.inf, -np.inf
+    mid_abs_sum, mid_steps = 0.0, 0
     finished: list = []
     try:
         legal = batch.reset().legal_mask
@@ -79,7 +84,9 @@ def probe_rewards(name: str, options: Optional[dict] = None, *, num_envs: int = 
                 raise ValueError(f"env {name!r} returned a non-finite reward {rewards[~np.isfinite(rewards)][0]} "
                                  "under a random policy")
             lo, hi = min(lo, float(rewards.min())), max(hi, float(rewards.max()))
-            done = step.done
+            done = np.asarray(step.done, bool)
+            mid_abs_sum += float(np.abs(rewards[~done]).sum())
+            mid_steps += int((~done).sum())
             finished.extend(np.asarray(step.episode_return, np.float64)[done].tolist())
             episodes += int(done.sum())
             legal = step.legal_mask
@@ -91,4 +98,5 @@ def probe_rewards(name: str, options: Optional[dict] = None, *, num_envs: int = 
     return RewardProbe(env_steps=steps, episodes=episodes, max_abs_reward=max(abs(lo), abs(hi)),
                        min_reward=lo, max_reward=hi,
                        mean_return=float(np.mean(finished)) if finished else None,
-                       seconds=time.perf_counter() - start)
+                       seconds=time.perf_counter() - start,
+                       typical_abs_reward=mid_abs_sum / mid_steps if mid_steps else None)

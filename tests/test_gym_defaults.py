@@ -14,13 +14,13 @@ from muzero.algorithms.muzero import defaults
 from muzero.config import SupportConfig
 
 
-def _probe(max_abs=1.0, lo=1.0, hi=1.0):
+def _probe(max_abs=1.0, lo=1.0, hi=1.0, typical=None):
     calls = []
 
     def probe():
         calls.append(1)
         return RewardProbe(env_steps=5000, episodes=7, max_abs_reward=max_abs, min_reward=lo, max_reward=hi,
-                           mean_return=None, seconds=0.1)
+                           mean_return=None, seconds=0.1, typical_abs_reward=typical)
     return probe, calls
 
 
@@ -66,20 +66,51 @@ def test_fitted_supports_cap_at_the_papers_601_bins():
     assert value.num_bins == 601
 
 
+def test_fitted_supports_with_a_typical_reward_lunar_lander():
+    # Ordinary steps pay 2.5 in |reward|, one step up to 100 (landing bonus / crash), discount
+    # 0.997, 1000 steps: 0.997^1000 = 0.049563, horizon (1 - 0.049563) / 0.003 = 316.812;
+    # bound = 2.5 x 316.812 + (100 - 2.5) = 889.53; h = sqrt(890.53) - 1 + 0.88953 = 29.731
+    # -> 30 units, 61 bins (against 419 with every step paying 100).
+    value, reward, bound = defaults.fitted_supports(100.0, 0.997, 1000, typical_reward=2.5)
+    assert bound == pytest.approx(889.53, abs=0.01)
+    assert value == SupportConfig(-30.0, 30.0, 61, True)
+    assert reward == SupportConfig(-11.0, 11.0, 23, True)
+    # Reward 1 on every step (CartPole): the typical reward is the scale, the bound unchanged.
+    assert defaults.fitted_supports(1.0, 0.99, 500, typical_reward=1.0)[2] == pytest.approx(99.343, abs=1e-3)
+    # No discount, no limit: unbounded while ordinary steps pay anything; one reward when they pay 0.
+    assert math.isinf(defaults.fitted_supports(1.0, 1.0, None, typical_reward=0.5)[2])
+    value, _, bound = defaults.fitted_supports(1.0, 1.0, None, typical_reward=0.0)
+    assert bound == 1.0 and value == SupportConfig(-1.0, 1.0, 3, True)   # h(1) = 0.415 -> 1 unit
+
+
+def test_fitted_discount_follows_the_episode_limit():
+    # 0.99's horizon is 100 steps: kept up to 5 x 100 = 500-step episodes.
+    for limit, discount in ((200, 0.99), (500, 0.99), (501, 0.997), (1000, 0.997), (27_000, 0.997), (None, 0.997)):
+        assert defaults.fitted_discount(limit) == discount, limit
+
+
 def test_fit_uses_the_probe_and_says_where_each_default_came_from():
     settings = defaults.run_defaults("gym:Test-v0")
-    probe, calls = _probe(max_abs=100.0, lo=-100.0, hi=50.0)
+    probe, calls = _probe(max_abs=100.0, lo=-100.0, hi=50.0, typical=2.5)
     fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000), {}, probe=probe)
     net = fitted.config.network
     assert calls == [1]
-    assert (net.value_support.num_bins, net.reward_support.num_bins) == (221, 23)
+    # As worked out in test_fitted_supports_with_a_typical_reward_lunar_lander.
+    assert (net.value_support.num_bins, net.reward_support.num_bins) == (61, 23)
+    assert fitted.config.search.discount == fitted.config.targets.discount == 0.997
     text = "\n".join(notes)
     assert "network.value_support" in text and "network.reward_support" in text
-    assert "5000 random-policy steps" in text and "-100..50" in text and "1000 steps at discount 0.99" in text
+    assert "5000 random-policy steps" in text and "-100..50" in text and "1000 steps at discount 0.997" in text
+    assert "search.discount = targets.discount = 0.997" in text and "paid 2.5 in |reward|" in text
     # Everything else is the CartPole-derived default, evaluation actors included.
     assert fitted.num_eval_actors == 1 and fitted.eval_envs_per_actor == 20
     assert dataclasses.replace(net, value_support=SupportConfig(), reward_support=SupportConfig()) == \
         dataclasses.replace(settings.config.network, value_support=SupportConfig(), reward_support=SupportConfig())
+    # Without a typical reward every step is assumed to pay the scale: 100 x 316.812 = 31,681;
+    # h = sqrt(31682) - 1 + 31.681 = 208.67 -> 209 units, 419 bins.
+    probe, _ = _probe(max_abs=100.0, lo=-100.0, hi=50.0)
+    fitted, _ = defaults.fit_run_defaults(settings, _vector(limit=1000), {}, probe=probe)
+    assert fitted.config.network.value_support == SupportConfig(-209.0, 209.0, 419, True)
 
 
 def test_fit_keeps_what_the_user_sets_and_reads_their_discount():
@@ -91,10 +122,14 @@ def test_fit_keeps_what_the_user_sets_and_reads_their_discount():
     assert fitted.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
     assert fitted.config.network.reward_support == settings.config.network.reward_support  # left for the user's
     assert not any("reward_support" in n for n in notes)
-    _, notes = defaults.fit_run_defaults(settings, _vector(), {"network": {"value_support": SupportConfig(),
-                                                                          "reward_support": SupportConfig()}},
-                                         probe=probe)
-    assert notes == [] and len(calls) == 1   # nothing left to fit: the env is not probed
+    assert fitted.config.search.discount == settings.config.search.discount   # the user's to set as well
+    assert not any("discount =" in n for n in notes)
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(), {"network": {"value_support": SupportConfig(),
+                                                                               "reward_support": SupportConfig()}},
+                                              probe=probe)
+    assert len(calls) == 1   # nothing left to fit: the env is not probed; only the discount follows the limit
+    assert [n.split(":")[0] for n in notes] == ["search.discount = targets.discount = 0.99"]
+    assert fitted.config.network == settings.config.network
 
 
 def test_declared_reward_range_wins_over_the_probe_and_zero_rewards_assume_one():
@@ -147,3 +182,30 @@ def test_learner_flags_print_and_apply_fitted_defaults():
     assert settings.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
     assert settings.config.targets.discount == 0.9 and settings.num_eval_actors == 0
     assert any("random-policy steps" in n for n in notes)
+
+
+
+def test_probe_separates_the_typical_reward_from_the_last_step():
+    import gymnasium
+    import numpy as np
+
+    class CrashAtFive(gymnasium.Env):
+        """Rewards 1, 1, 1, 1, then -10 on the fifth step, which ends the episode."""
+        observation_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        action_space = gymnasium.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.zeros(2, np.float32), (-10.0 if self.t == 5 else 1.0), self.t == 5, False, {}
+
+    gymnasium.register("ProbeCrashAtFive-v0", entry_point=CrashAtFive, max_episode_steps=100)
+    seen = probe_rewards("gym:ProbeCrashAtFive-v0", num_envs=2, max_env_steps=20)
+    # 2 envs x 10 batch steps: 4 episodes ended on a -10; the other 16 steps paid 1.
+    assert (seen.env_steps, seen.episodes) == (20, 4)
+    assert (seen.min_reward, seen.max_reward, seen.max_abs_reward) == (-10.0, 1.0, 10.0)
+    assert seen.typical_abs_reward == 1.0 and seen.mean_return == -6.0

@@ -250,18 +250,45 @@ def discounted_horizon(discount: float, max_episode_steps) -> float:
     return (1.0 - discount ** max_episode_steps) / (1.0 - discount)
 
 
-def fitted_supports(reward_scale: float, discount: float, max_episode_steps) -> tuple:
+def fitted_supports(reward_scale: float, discount: float, max_episode_steps, typical_reward=None) -> tuple:
     """(value_support, reward_support, value_bound) for rewards of size at most
-    ``reward_scale``: the value support covers ``reward_scale * discounted_horizon`` and
-    the reward support ``reward_scale``, each as a whole number of units in h-space with
-    one bin per unit (the reward support one unit wider, so rarer larger rewards are not
+    ``reward_scale`` whose ordinary steps pay about ``typical_reward`` (default:
+    ``reward_scale``, every step as large as the largest).
+
+    The value support covers ``value_bound = typical_reward * discounted_horizon +
+    (reward_scale - typical_reward)``: every step of the horizon paying the typical reward
+    except one that pays the largest (a landing bonus, a crash penalty, a goal). The reward
+    support covers ``reward_scale``. Each is a whole number of units in h-space with one
+    bin per unit (the reward support one unit wider, so rarer larger rewards are not
     clipped at once), at most MAX_SUPPORT_HALF_WIDTH. CartPole (reward 1, discount 0.99,
     500 steps) gets exactly the built-in env's 21 and 5 bins."""
-    value_bound = reward_scale * discounted_horizon(discount, max_episode_steps)
+    typical = reward_scale if typical_reward is None else min(float(typical_reward), reward_scale)
+    horizon = discounted_horizon(discount, max_episode_steps)
+    if math.isinf(horizon):   # discount 1 and no step limit: unbounded unless ordinary steps pay 0
+        value_bound = math.inf if typical > 0 else reward_scale
+    else:
+        value_bound = typical * horizon + (reward_scale - typical)
     value_half = MAX_SUPPORT_HALF_WIDTH if math.isinf(value_bound) else \
         min(MAX_SUPPORT_HALF_WIDTH, max(1, math.ceil(_h(value_bound))))
     reward_half = min(MAX_SUPPORT_HALF_WIDTH, math.ceil(_h(reward_scale)) + 1)
     return _support(value_half), _support(reward_half), value_bound
+
+
+# Discounts the gym: fit chooses between: CartPole's 0.99 (a 100-step horizon) and the MuZero
+# paper's 0.997 (about 333 steps). The shorter one is kept while its horizon spans at least
+# a fifth of the episode step limit (CartPole-v1's 500 steps, Acrobot, MountainCar); longer
+# or unlimited episodes get 0.997. On LunarLander-v3 (1,000 steps) with 0.99 the +100 for
+# landing is worth 0.99^200 = 0.13 of itself 200 steps ahead and the agent learned to hover
+# (docs/BENCHMARKS.md, "LunarLander for 30 minutes").
+SHORT_DISCOUNT, LONG_DISCOUNT = 0.99, 0.997
+
+
+def fitted_discount(max_episode_steps) -> float:
+    """SHORT_DISCOUNT if its horizon 1 / (1 - discount) is at least a fifth of the step
+    limit, else LONG_DISCOUNT (also for episodes without a limit)."""
+    if max_episode_steps and 1.0 / (1.0 - SHORT_DISCOUNT) >= max_episode_steps / 5.0 - 1e-9:
+        return SHORT_DISCOUNT
+    return LONG_DISCOUNT
 
 
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
@@ -270,11 +297,14 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     ``changes`` the user's overrides still to be applied ({section: {field: value}}).
 
     - Image observations switch to the Atari settings (stacked frames, conv torso).
+    - ``search.discount`` and ``targets.discount`` follow the episode step limit
+      (:func:`fitted_discount`) unless the user sets either.
     - ``network.value_support`` and ``network.reward_support`` are sized by
       :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
-      when it has one, else the largest |reward| a random policy met, see
+      when it has one, else the largest |reward| a random policy met, with the mean
+      |reward| of its steps that did not end an episode as the typical reward, see
       :mod:`envs.probe`; ``probe`` overrides that probe for tests), the episode step
-      limit and the discount (the user's ``targets.discount`` if given).
+      limit and the discount (the user's if given).
     Fields the user sets are left alone. Returns (settings, notes): one line per derived
     default, saying where it came from.
     """
@@ -286,9 +316,22 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
         notes.append(f"image observations {tuple(descriptor.observation_shape)}: the Atari defaults "
                      "(stacked frames, residual conv torso with downsampling)")
     fixed = {f"{section}.{field}" for section, fields in changes.items() for field in fields}
+    limit = descriptor.max_episode_steps
+    sections = {}
+    if "search.discount" in fixed or "targets.discount" in fixed:
+        discount = changes.get("targets", {}).get("discount", changes.get("search", {}).get("discount"))
+    else:
+        discount = fitted_discount(limit)
+        sections = {"search": {"discount": discount}, "targets": {"discount": discount}}
+        why = (f"the {1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g} spans at least a fifth of "
+               f"the {limit}-step episode limit") if discount == SHORT_DISCOUNT else \
+            (f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps, longer than 5 x the "
+             f"{1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g}")
+        notes.append(f"search.discount = targets.discount = {discount:g}: {why}")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
-        return settings, notes
+        return replace_sections(settings, sections), notes
+    typical = None
     if descriptor.reward_range is not None:
         scale = max(abs(float(v)) for v in descriptor.reward_range)
         source = f"the env's declared reward range {tuple(descriptor.reward_range)}"
@@ -303,19 +346,24 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
                   f"({seen.episodes} episodes, rewards {seen.min_reward:g}..{seen.max_reward:g})")
         if scale == 0.0:
             scale = 1.0
-            source += "; every reward was 0, so 1 is assumed"
-    discount = changes.get("targets", {}).get("discount", settings.config.targets.discount)
-    limit = descriptor.max_episode_steps
-    value, reward, bound = fitted_supports(scale, discount, limit)
+            source += "; every reward was 0, so 1 is assumed for every step"
+        elif seen.typical_abs_reward is not None:
+            typical = seen.typical_abs_reward
+            source += f"; a step that did not end an episode paid {typical:.4g} in |reward| on average"
+    value, reward, bound = fitted_supports(scale, discount, limit, typical)
     network = {}
     if "network.value_support" in wanted:
         network["value_support"] = value
+        horizon = f"the discounted horizon of {limit or 'unlimited'} steps at discount {discount:g}"
+        how = f"reward scale {scale:g} x {horizon}" if typical is None else \
+            (f"typical |reward| {typical:.4g} x {horizon} ({discounted_horizon(discount, limit):.4g}), "
+             f"plus {scale - min(typical, scale):.4g} for one step paying the reward scale {scale:g}")
         notes.append(f"network.value_support = [{value.low:g}, {value.high:g}] in h-space, {value.num_bins} bins: "
-                     f"returns up to {bound:.4g} = reward scale {scale:g} x the discounted horizon of "
-                     f"{limit or 'unlimited'} steps at discount {discount:g}")
+                     f"returns up to {bound:.4g} = {how}")
     if "network.reward_support" in wanted:
         network["reward_support"] = reward
         notes.append(f"network.reward_support = [{reward.low:g}, {reward.high:g}] in h-space, {reward.num_bins} "
                      f"bins: one step's reward up to {scale:g}, plus one unit")
     notes.append(f"reward scale {scale:g}: {source}")
-    return replace_sections(settings, {"network": network}), notes
+    sections["network"] = network
+    return replace_sections(settings, sections), notes
