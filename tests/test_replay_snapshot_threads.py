@@ -422,3 +422,30 @@ def test_a_ring_that_has_not_wrapped_saves_only_its_written_rows(tmp_path, monke
         with pytest.raises(ValueError, match=re.escape(message)) as info:
             Replay.restore(snap)
         assert info.value.field == f"meta.store.{field}"
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_restoring_a_small_snapshot_does_not_touch_a_fresh_rings_unwritten_rows(tmp_path):
+    """A fresh store's arrays are lazily zeroed pages; loading 16 rows into a 200k-row ring
+    must not write (and so commit) the other rows: 400 MB of frames here."""
+    wide = EnvDescriptor("wide", (500,), "float32", 2)
+    rc = ReplayConfig(capacity_steps=200_000, min_steps_to_sample=1)
+    tc = TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=1)
+    rep = Replay(wide, rc, tc, 0)
+    rng = np.random.default_rng(0)
+    for k in range(2):
+        rep.insert(random_segment(wide, rng, k, 0, 8))
+    snap = str(tmp_path / "snap")
+    rep.snapshot(snap)
+    del rep
+    before = _resident_bytes()
+    fresh = Replay.restore(snap)
+    grown = _resident_bytes() - before
+    assert grown < 100e6, f"restoring 16 rows made {grown / 1e6:.0f} MB resident"
+    store = fresh._store
+    assert store.head == 16 and np.all(store.observations[16:20] == 0) and np.all(store.seg_next[16:20] == -1)
+    assert set(fresh.sample(64)["index"].tolist()) <= set(range(16))   # only written rows are drawn
