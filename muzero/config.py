@@ -110,6 +110,7 @@ class SectionedConfig:
 
 
 ROOT_SELECTIONS = ("puct", "gumbel")
+GUMBEL_Q_RANGES = ("node", "tree")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +168,16 @@ class SearchConfig:
     # [0, 1] over a node's actions (mctx's qtransform_completed_by_mix_value defaults).
     gumbel_value_scale: float = 0.1
     gumbel_maxvisit_init: float = 50.0
+    # Gumbel: the range q is rescaled over: "node" (min and max of the node's completed Q,
+    # as mctx) or "tree" (that range widened to every Q the search has backed up so far in
+    # the tree, the bounds pUCT normalises with), so that two nearly equal Q values of a
+    # node stay nearly equal in sigma instead of being spread to 0 and 1.
+    gumbel_q_range: str = "node"
 
     def __post_init__(self):
+        if self.gumbel_q_range not in GUMBEL_Q_RANGES:
+            _fail("SearchConfig", "gumbel_q_range", self.gumbel_q_range,
+                  f"must be one of {', '.join(GUMBEL_Q_RANGES)}")
         if self.root_selection not in ROOT_SELECTIONS:
             _fail("SearchConfig", "root_selection", self.root_selection,
                   f"must be one of {', '.join(ROOT_SELECTIONS)}")

@@ -106,8 +106,9 @@ def test_root_outputs_kernel_worked_example():
     children_visits[1, 0, :2] = [2, 2]
     logp = np.log(np.repeat(prior[None], 2, axis=0))
     gumbel = np.array([[0.0, 9.0, 9.0], [0.0, 6.0, 0.0]])
+    no_bounds = np.array([[np.inf, -np.inf]] * 2)
     improved, action = kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
-                                                   node_raw_value, logp, logp + gumbel, 0.1, 50.0)
+                                                   node_raw_value, logp, logp + gumbel, 0.1, 50.0, no_bounds, False)
     np.testing.assert_allclose(improved[0], IMPROVED, rtol=1e-6)
     # Tree 0: only action 0 has the most visits (2), whatever the noise on the others.
     assert action[0] == 0
@@ -118,6 +119,47 @@ def test_root_outputs_kernel_worked_example():
     sigma = 5.2 * np.array([1.0, 0.0, (0.36667 + 1.0) / 2.0])
     weights = prior * np.exp(sigma)
     np.testing.assert_allclose(improved[1], weights / weights.sum(), rtol=1e-4)
+
+
+def test_tree_q_range_worked_example():
+    """gumbel_q_range = "tree": Q rescaled over the node's range widened to the tree's bounds."""
+    # The reference on the worked node, with tree bounds [-3, 2]: completed Q (1, -1, 0.375),
+    # range [-3, 2] (width 5), scale 5.2 / 5 = 1.04, sigma = 1.04 * (4, 2, 3.375).
+    from muzero.mcts.reference import MinMaxStats
+    stats = MinMaxStats((-3.0, 2.0))
+    sigma = completed_sigma(_config(gumbel_q_range="tree"), _worked_node(), tree_stats=stats)
+    assert [sigma[a] for a in range(3)] == pytest.approx([4.16, 2.08, 3.51], rel=1e-9)
+    # Bounds inside the node's range change nothing: [0, 0.5] within [-1, 1].
+    sigma = completed_sigma(_config(gumbel_q_range="tree"), _worked_node(), tree_stats=MinMaxStats((0.0, 0.5)))
+    assert [sigma[a] for a in range(3)] == pytest.approx(SIGMA, rel=1e-9)
+
+    # The root-outputs kernel, tree 1 of the example above (actions 0 and 1 with 2 visits
+    # each, Q 1 and -1, prior (0.5, 0.25, 0.25), raw value 0.5): v_mix = 0.36667.
+    # Node range [-1, 1]: sigma = 5.2 * (1, 0, 0.68333); with g = (0, 3.5, 0) the scores are
+    # action 0: log 0.5 + 5.2 = 4.507, action 1: 3.5 + log 0.25 + 0 = 2.114 -> action 0.
+    # Tree bounds [-3, 2]: scale 5.2 / 5 = 1.04, sigma = 1.04 * (4, 2, 3.36667); scores
+    # action 0: log 0.5 + 4.16 = 3.467, action 1: 3.5 + log 0.25 + 2.08 = 4.194 -> action 1.
+    children_index = np.full((1, 3, 3), UNVISITED, np.int32)
+    children_index[0, 0, :2] = [1, 2]
+    children_visits = np.zeros((1, 3, 3), np.int32)
+    children_visits[0, 0, :2] = [2, 2]
+    children_q = np.zeros((1, 3, 3), np.float64)
+    children_q[0, 0, :2] = [1.0, -1.0]
+    prior = np.array([0.5, 0.25, 0.25])
+    children_prior = np.zeros((1, 3, 3), np.float64)
+    children_prior[0, 0] = prior
+    node_raw_value = np.zeros((1, 3), np.float64)
+    node_raw_value[0, 0] = 0.5
+    logp = np.log(prior)[None]
+    base = logp + np.array([[0.0, 3.5, 0.0]])
+    bounds = np.array([[-3.0, 2.0]])
+    outputs = {tree: kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
+                                                 node_raw_value, logp, base, 0.1, 50.0, bounds, tree)
+               for tree in (False, True)}
+    assert int(outputs[False][1][0]) == 0 and int(outputs[True][1][0]) == 1
+    v_mix = (0.5 + 4 * (0.5 - 0.25) / 0.75) / 5
+    weights = prior * np.exp(1.04 * np.array([4.0, 2.0, v_mix + 3.0]))
+    np.testing.assert_allclose(outputs[True][0][0], weights / weights.sum(), rtol=1e-5)
 
 
 def test_first_simulations_visit_the_gumbel_top_k_in_order():
@@ -149,7 +191,8 @@ def test_gumbel_kernel_matches_reference(index):
     config = SearchConfig(num_simulations=num_simulations, root_selection="gumbel", two_player=two_player,
                           discount=(0.997, 1.0, 0.9)[index % 3], max_depth=3 if index % 5 == 2 else 0,
                           max_num_considered_actions=(16, 4, 2)[index % 3],
-                          gumbel_value_scale=(0.1, 0.5)[index % 2], gumbel_maxvisit_init=(50.0, 5.0)[index % 2])
+                          gumbel_value_scale=(0.1, 0.5)[index % 2], gumbel_maxvisit_init=(50.0, 5.0)[index % 2],
+                          gumbel_q_range=("node", "tree")[(index // 3) % 2])
     rng = np.random.default_rng(2000 + index)
     net = PathNetwork(index, batch, num_actions, use_masks)
     value, logits, mask = net.root(rng)

@@ -662,13 +662,18 @@ def _completion_add(sum_n, max_n, sum_p, sum_pq, low, high, n, prior, q):
 
 @njit(cache=True, inline='always')
 def _completion_finish(raw, sum_n, max_n, sum_p, sum_pq, low, high, has_unvisited, value_scale,
-                       maxvisit_init):
+                       maxvisit_init, tree_low, tree_high):
     """From the sums over the visited children and the network's value ``raw`` at the node:
-    (v_mix, min and max of the completed Q over legal actions, the sigma scale)."""
+    (v_mix, min and max of the completed Q over legal actions, the sigma scale). With
+    ``tree_low <= tree_high`` (SearchConfig.gumbel_q_range = "tree": the tree's min_max
+    row) the range is widened to include [tree_low, tree_high]; pass (inf, -inf) for the
+    node's own range (mctx)."""
     v_mix = raw if sum_n == 0.0 else (raw + sum_n * (sum_pq / sum_p)) / (sum_n + 1.0)
     if has_unvisited:   # some legal action is completed by v_mix
         low = min(low, v_mix)
         high = max(high, v_mix)
+    low = min(low, tree_low)
+    high = max(high, tree_high)
     scale = (maxvisit_init + max_n) * value_scale / max(high - low, _RESCALE_EPSILON)
     return v_mix, low, high, scale
 
@@ -676,7 +681,7 @@ def _completion_finish(raw, sum_n, max_n, sum_p, sum_pq, low, high, has_unvisite
 @njit(cache=True)
 def _gumbel_select_range(first, stop, sim, parents, actions, children_index, node_raw_value, records,
                          child_ids, max_depth, root_base, table, num_considered, value_scale,
-                         maxvisit_init, root_order, root_next):
+                         maxvisit_init, root_order, root_next, min_max, tree_range):
     """:func:`_select_range` for Gumbel MuZero: sequential halving at the root, the
     deterministic interior rule below it; same outputs and depth cut-off.
 
@@ -693,13 +698,15 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
     children). Later rounds score the root's existing children only (candidates have
     visits). Interior: the unvisited actions share sigma(v_mix) and N = 0, so the best of
     them is the one with the largest prior (lowest id), which the record already holds;
-    ``weights`` [A] is scratch for the children's p * exp(sigma - top).
+    ``weights`` [A] is scratch for the children's p * exp(sigma - top). With
+    ``tree_range`` the Q range of every node includes the tree's ``min_max`` row.
     """
     num_actions = children_index.shape[2]
     weights = np.empty(num_actions, np.float64)
     for b in range(first, stop):
         node = 0
         depth = 0
+        tree_low, tree_high = (min_max[b, 0], min_max[b, 1]) if tree_range else (_INF, -_INF)
         while True:
             at_root = node == 0
             num_children = child_ids[b, node, _NUM_CHILDREN]
@@ -717,7 +724,8 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                     sum_n, max_n, sum_p, sum_pq, low, high, records[b, c, _VISITS], records[b, c, _PRIOR],
                     records[b, c, _Q])
             v_mix, low, high, scale = _completion_finish(node_raw_value[b, node], sum_n, max_n, sum_p, sum_pq,
-                                                         low, high, unvisited >= 0, value_scale, maxvisit_init)
+                                                         low, high, unvisited >= 0, value_scale, maxvisit_init,
+                                                         tree_low, tree_high)
             action = -1
             if at_root:
                 # Among the legal actions whose visits equal the table's entry, the argmax of
@@ -811,12 +819,13 @@ def gumbel_step_serial(node_reward, node_raw_value, node_parent, node_action, ch
                        sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                        root_actions, has_root_actions, exploration_table, discount, two_player,
                        max_depth, root_base, table, num_considered, value_scale, maxvisit_init,
-                       root_order, root_next):
+                       root_order, root_next, tree_range):
     """:func:`step_serial` with Gumbel MuZero's selection (root_actions is not used). The
     extra arguments: root_base [B, A] float64 (g + log p at the root), table [m + 1, S]
     int32 (:func:`muzero.mcts.gumbel.considered_visit_table`), num_considered [B] int32,
     the sigma constants, root_order [B, A] int32 and root_next [B] int32 (zeros before
-    the first step; above :func:`_gumbel_select_range`)."""
+    the first step; above :func:`_gumbel_select_range`) and tree_range (bool:
+    SearchConfig.gumbel_q_range == "tree")."""
     batch = node_parent.shape[0]
     do_expand = sim >= 0
     next_sim = sim + 1 if do_expand else -1 - sim
@@ -831,7 +840,7 @@ def gumbel_step_serial(node_reward, node_raw_value, node_parent, node_action, ch
     if do_select:
         _gumbel_select_range(0, batch, next_sim, parents, actions, children_index, node_raw_value,
                              records, child_ids, max_depth, root_base, table, num_considered,
-                             value_scale, maxvisit_init, root_order, root_next)
+                             value_scale, maxvisit_init, root_order, root_next, min_max, tree_range)
     return num_bad
 
 
@@ -841,7 +850,7 @@ def gumbel_step_parallel(node_reward, node_raw_value, node_parent, node_action, 
                          sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                          root_actions, has_root_actions, exploration_table, discount, two_player,
                          max_depth, root_base, table, num_considered, value_scale, maxvisit_init,
-                         root_order, root_next, num_chunks):
+                         root_order, root_next, tree_range, num_chunks):
     """:func:`gumbel_step_serial` over chunks of trees on Numba's threads."""
     batch = node_parent.shape[0]
     num_chunks = max(1, min(batch, num_chunks))
@@ -862,14 +871,14 @@ def gumbel_step_parallel(node_reward, node_raw_value, node_parent, node_action, 
         if do_select:
             _gumbel_select_range(first, stop, next_sim, parents, actions, children_index, node_raw_value,
                                  records, child_ids, max_depth, root_base, table, num_considered,
-                                 value_scale, maxvisit_init, root_order, root_next)
+                                 value_scale, maxvisit_init, root_order, root_next, min_max, tree_range)
         num_bad += bad
     return num_bad
 
 
 @njit(cache=True)
 def gumbel_root_outputs(children_index, children_visits, children_q, children_prior, node_raw_value,
-                        root_logp, root_base, value_scale, maxvisit_init):
+                        root_logp, root_base, value_scale, maxvisit_init, min_max, tree_range):
     """Gumbel MuZero's outputs from a synced Tree: the improved policy [B, A] float32,
     softmax over legal actions of log p + sigma (0 at illegal actions), and the action [B]
     int32, argmax of max(-1e9, g + log p + sigma) among the legal actions visited most
@@ -892,8 +901,10 @@ def gumbel_root_outputs(children_index, children_visits, children_q, children_pr
                     children_prior[b, 0, a], children_q[b, 0, a])
             else:
                 has_unvisited = True
+        tree_low, tree_high = (min_max[b, 0], min_max[b, 1]) if tree_range else (_INF, -_INF)
         v_mix, low, high, scale = _completion_finish(node_raw_value[b, 0], sum_n, max_n, sum_p, sum_pq, low,
-                                                     high, has_unvisited, value_scale, maxvisit_init)
+                                                     high, has_unvisited, value_scale, maxvisit_init,
+                                                     tree_low, tree_high)
         top = -_INF
         for a in range(num_actions):
             child = children_index[b, 0, a]

@@ -222,12 +222,15 @@ def considered_visits(max_num_considered: int, num_simulations: int) -> List[int
     return sequence[:num_simulations]
 
 
-def completed_sigma(config, node: Node, creation_order: bool = True) -> dict:
+def completed_sigma(config, node: Node, creation_order: bool = True,
+                    tree_stats: Optional[MinMaxStats] = None) -> dict:
     """mctx's qtransform_completed_by_mix_value over the node's (legal) actions: {a: sigma(a)}.
 
     The mixed value sums over the visited children in the order their nodes were first
     created (the kernels' selection), or in action order with ``creation_order=False`` (the
-    kernels' root outputs, computed from the synced Tree)."""
+    kernels' root outputs, computed from the synced Tree). With ``tree_stats``
+    (config.gumbel_q_range = "tree") the rescaling range is widened to the tree's
+    [minimum, maximum]."""
     actions = sorted(node.children)
     visits = {a: node.children[a].visit_count for a in actions}
     q = {a: _q(node, node.children[a], config.discount) for a in actions if visits[a] > 0}
@@ -247,6 +250,8 @@ def completed_sigma(config, node: Node, creation_order: bool = True) -> dict:
         (node.raw_value + sum_visits * (sum_pq / sum_probs)) / (sum_visits + 1))
     completed = {a: q[a] if visits[a] > 0 else mixed for a in actions}
     low, high = min(completed.values()), max(completed.values())
+    if tree_stats is not None:
+        low, high = min(low, tree_stats.minimum), max(high, tree_stats.maximum)
     # deviation (tie-exact arithmetic): the scale first, then times (q - min), as the kernels.
     scale = (config.gumbel_maxvisit_init + max(visits.values())) * config.gumbel_value_scale / max(
         high - low, 1e-8)
@@ -259,9 +264,9 @@ def _log_softmax(values: dict) -> dict:
     return {a: v - top - math.log(total) for a, v in values.items()}
 
 
-def gumbel_interior_child(config, node: Node):
+def gumbel_interior_child(config, node: Node, tree_stats: Optional[MinMaxStats] = None):
     """argmax_a softmax(log prior + sigma)(a) - N(a) / (1 + sum N); lowest id on ties."""
-    sigma = completed_sigma(config, node)
+    sigma = completed_sigma(config, node, tree_stats=tree_stats)
     logits = {a: math.log(c.prior) if c.prior > 0 else -math.inf for a, c in node.children.items()}
     finite = {a: logits[a] + sigma[a] for a in logits if logits[a] > -math.inf}
     log_probs = _log_softmax(finite)
@@ -292,9 +297,12 @@ def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], roo
     root_logp = _log_softmax({a: float(root_logits[a]) for a in root.children})
     num_considered = min(config.max_num_considered_actions, len(root.children))
     schedule = considered_visits(num_considered, config.num_simulations)
+    # The tree's Q bounds, as pUCT keeps them; they reach sigma only with gumbel_q_range "tree".
+    min_max_stats = MinMaxStats(config.known_bounds)
+    tree_stats = min_max_stats if config.gumbel_q_range == "tree" else None
     trace = []
     for sim in range(config.num_simulations):
-        sigma = completed_sigma(config, root)
+        sigma = completed_sigma(config, root, tree_stats=tree_stats)
         best = None
         for a in sorted(root.children):
             if root.children[a].visit_count != schedule[sim]:
@@ -305,7 +313,7 @@ def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], roo
         action, node = best[1], root.children[best[1]]
         search_path = [root, node]
         while node.expanded() and not (config.max_depth > 0 and node.depth >= config.max_depth):
-            action, node = gumbel_interior_child(config, node)
+            action, node = gumbel_interior_child(config, node, tree_stats)
             search_path.append(node)
         parent = search_path[-2]
         node.node_id = sim + 1
@@ -316,9 +324,9 @@ def run_gumbel_mcts(config, root_value: float, root_logits: Sequence[float], roo
         to_play = 1 - parent.to_play if config.two_player else parent.to_play
         expand_node(node, to_play, reward, logits, mask)
         node.raw_value = float(value)
-        backpropagate(search_path, float(value), config.discount, MinMaxStats(None))
+        backpropagate(search_path, float(value), config.discount, min_max_stats)
     num_actions = len(root_logits)
-    sigma = completed_sigma(config, root, creation_order=False)
+    sigma = completed_sigma(config, root, creation_order=False, tree_stats=tree_stats)
     log_improved = _log_softmax({a: root_logp[a] + sigma[a] for a in root.children})
     improved = [math.exp(log_improved[a]) if a in log_improved else 0.0 for a in range(num_actions)]
     most = max(c.visit_count for c in root.children.values())

@@ -253,7 +253,7 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         # Actions by g + log p, highest first, lowest id on ties (illegal ones, at -inf, last).
         root_order = np.argsort(-root_base, axis=1, kind="stable").astype(np.int32)
         params += (root_base, table, num_considered, float(config.gumbel_value_scale),
-                   float(config.gumbel_maxvisit_init), root_order, root_next)
+                   float(config.gumbel_maxvisit_init), root_order, root_next, config.gumbel_q_range == "tree")
         step_serial, step_parallel = kernels.gumbel_step_serial, kernels.gumbel_step_parallel
     if parallel:
         chunks = 4 * numba.get_num_threads()
@@ -336,7 +336,7 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         improved, chosen = kernels.gumbel_root_outputs(
             tree.children_index, tree.children_visits, tree.children_q, tree.children_prior,
             tree.node_raw_value, root_logp, root_base, float(config.gumbel_value_scale),
-            float(config.gumbel_maxvisit_init))
+            float(config.gumbel_maxvisit_init), tree.min_max, config.gumbel_q_range == "tree")
         result = result._replace(policy_target=improved, action=chosen)
     return result
 
