@@ -435,6 +435,10 @@ class TrainingConfig:
     # Board games with registered symmetries (envs.board_symmetries; tic-tac-toe's 8):
     # each sampled position is trained under one random symmetry (muzero/replay/augment.py).
     augment_symmetries: bool = False
+    # Compile the whole training step (loss, gradients, optimiser update) with XLA; one
+    # learner device only. Off by default: 1.3-1.5x the steps/s for MinAtar's network, within
+    # the noise for the vector MLPs (bench/train_step_bench.py, docs/NETWORK.md).
+    jit_compile: bool = False
     # EfficientZero's temporal consistency loss (its weight there: 2): for k = 1..K, the
     # negative cosine between predictor(projection(dynamics' hidden state at k)) and
     # stop_gradient(projection(representation(observation at t+k))), masked past the
@@ -447,6 +451,7 @@ class TrainingConfig:
         check_int(self, "batch_size", 1, 65_536)
         check_float(self, "consistency_loss_weight", 0.0, 1e6)
         check_bool(self, "augment_symmetries")
+        check_bool(self, "jit_compile")
         check_choice(self, "optimizer", ("adam", "sgd"))
         check_float(self, "momentum", 0.0, 1.0, hi_open=True)
         check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)

@@ -296,14 +296,19 @@ def test_check_settings_refuses_a_batch_the_devices_do_not_divide():
     builder = algorithms.get("muzero")
     base = builder.default_settings("cartpole")
 
-    def settings(batch, devices):
+    def settings(batch, devices, jit=False):
         config = dataclasses.replace(base.config, training=dataclasses.replace(base.config.training,
-                                                                              batch_size=batch))
+                                                                              batch_size=batch, jit_compile=jit))
         return dataclasses.replace(base, config=config, learner_devices=devices)
     with pytest.raises(ConfigError, match=r"batch_size=33 does not split evenly over --learner_devices=2"):
         builder.check_settings(settings(33, 2))
     builder.check_settings(settings(32, 2))
     builder.check_settings(settings(33, 1))
+    # An XLA-compiled step is for one device (XLA cannot read the replicas' mirrored variables).
+    with pytest.raises(ConfigError, match=r"training.jit_compile applies to one learner device, not "
+                                          r"--learner_devices=2"):
+        builder.check_settings(settings(32, 2, jit=True))
+    builder.check_settings(settings(32, 1, jit=True))
 
 
 def test_other_algorithms_refuse_several_learner_devices(tmp_path):

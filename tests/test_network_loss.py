@@ -81,6 +81,23 @@ def test_hand_computed_loss_paper_scaling(fixed_net):
     assert np.isfinite([float(v) for v in metrics.values()]).all()
 
 
+def test_xla_train_step_scores_the_hand_batch():
+    # training.jit_compile: the whole step compiled by XLA returns the hand-computed total
+    # of test_hand_computed_loss_paper_scaling (the garbage entries stay masked) and its
+    # priorities, for the weights it started from.
+    net = _fixed_head_network()
+    step = make_train_step(net, tf.keras.optimizers.SGD(learning_rate=0.1),
+                           TrainingConfig(weight_decay=0.0, value_loss_weight=0.25, jit_compile=True))
+    before = [v.numpy().copy() for v in net.trainable_variables]
+    batch = {k: tf.constant(v) for k, v in _hand_batch().items()}
+    total, metrics, priorities = step(batch)
+    assert "HloModule" in step.experimental_get_compiler_ir(batch, None)(stage="hlo")   # only XLA functions have one
+    assert float(total) == pytest.approx(0.34375 * LN3 + 2.1875 * LN2, rel=1e-5)
+    assert float(metrics["loss/policy"]) == pytest.approx((2 * LN2 + 0.5 * LN2) / 2, rel=1e-5)
+    np.testing.assert_allclose(priorities.numpy(), [0.7, 0.4], atol=1e-6)
+    assert any(not np.array_equal(v.numpy(), b) for v, b in zip(net.trainable_variables, before))   # it stepped
+
+
 def test_hand_computed_loss_seed_scaling(fixed_net):
     # SEED scales recurrent steps by 1 / max(number of unmasked recurrent steps, 1) per head:
     #   sample 0 has 2 unmasked recurrent steps for every head -> same as the paper case.

@@ -248,7 +248,7 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
 
 
 def make_train_step(network, optimizer, training_config: TrainingConfig,
-                    variables: Optional[Sequence[tf.Variable]] = None):
+                    variables: Optional[Sequence[tf.Variable]] = None, jit_compile: Optional[bool] = None):
     """A ``tf.function(batch, n_forward=None) -> (total_loss, metrics, new_priorities)``
     doing one SGD step (``n_forward``: the layer-skipping draw as a float32 scalar tensor,
     so that new values do not retrace; None runs every block).
@@ -258,14 +258,18 @@ def make_train_step(network, optimizer, training_config: TrainingConfig,
     ``gradient_clip_norm > 0`` the gradients are clipped to that global norm.
     ``metrics["gradient_norm"]`` is the global norm before clipping and
     ``metrics["learning_rate"]`` the optimiser's rate for the next step (computed in the
-    graph: evaluating a Keras schedule eagerly costs ~0.5 ms a step).
+    graph: evaluating a Keras schedule eagerly costs ~0.5 ms a step). ``jit_compile``
+    (default ``training_config.jit_compile``) compiles the whole step, optimiser update
+    included, with XLA (bench/train_step_bench.py).
     """
     variables = list(network.trainable_variables if variables is None else variables)
     if not variables:
         raise ValueError("make_train_step: no variables to train")
     clip = float(training_config.gradient_clip_norm)
 
-    @tf.function(autograph=False)
+    jit = bool(training_config.jit_compile if jit_compile is None else jit_compile)
+
+    @tf.function(autograph=False, jit_compile=jit)
     def train_step(batch, n_forward=None):
         with tf.GradientTape() as tape:
             total, metrics, priorities = compute_loss(network, batch, training_config,
@@ -325,8 +329,13 @@ def make_distributed_train_step(strategy, network, optimizer, training_config: T
     ``gradient_norm`` is the norm of the summed gradients before clipping and
     ``learning_rate`` the optimiser's rate for the next step. Priorities are the replicas'
     [B/R] concatenated in slice order: [B]. The step runs as one ``tf.function`` (one trace
-    per batch shape).
+    per batch shape). ``training_config.jit_compile`` is refused (ValueError): XLA cannot
+    read a replica's mirrored variables from the function placed on the first device
+    (TensorFlow's "tf.Variable on a different device" limitation).
     """
+    if training_config.jit_compile:
+        raise ValueError("training.jit_compile applies to one learner device; XLA cannot compile the "
+                         "multi-device step (set training.jit_compile=false or --learner_devices=1)")
     variables = list(network.trainable_variables if variables is None else variables)
     if not variables:
         raise ValueError("make_distributed_train_step: no variables to train")

@@ -49,6 +49,9 @@ class MuZeroBuilder(core.Builder):
         if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None:
             raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
                               "board symmetries (only board games such as tictactoe do): turn it off")
+        if devices > 1 and settings.config.training.jit_compile:
+            raise ConfigError(f"training.jit_compile applies to one learner device, not --learner_devices={devices} "
+                              "(XLA cannot compile the multi-device step): set training.jit_compile=false")
         if devices > 1 and settings.config.pretrain.enabled:
             raise ConfigError(f"--learner_devices={devices} does not apply to --pretrain (pretraining trains on one "
                               "device): drop the flag")

@@ -1,0 +1,132 @@
+"""MuZero training steps/s with the step compiled by XLA (``training.jit_compile``) and without.
+
+    python bench/train_step_bench.py                                   # cartpole, LunarLander, MinAtar, Atari
+    python bench/train_step_bench.py --envs=cartpole,minatar:Breakout --steps=20 --repeats=5
+
+For each env the network, batch size, unroll length and stacked frames are the learner's
+defaults for it (``muzero.algorithms.muzero.defaults``; a ``gym:`` id gets its defaults
+fitted to the env as the learner does, and ``atari`` is described without an ALE install
+as 96 x 96 gray frames with 18 actions). One synthetic batch with valid targets is trained
+on over and over by ``make_train_step`` with Adam, as ``Trainer.train`` does. Each setting
+is traced and warmed up with three steps, then timed ``--repeats`` times over ``--steps``
+steps, alternating with the other setting (and which goes first) so that drifts of the
+machine's speed hit both alike; medians are reported. A step's loss is read back each time
+(``float``), as the trainer does for its progress records.
+
+Last lines (machine-readable), per env E (``:`` and ``-`` in the name become ``_``):
+    steps_per_s_<E>_graph=<float>           tf.function without XLA (the default today)
+    steps_per_s_<E>_xla=<float>             tf.function(jit_compile=True)
+    speedup_<E>=<float>                     xla / graph
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import envs  # noqa: E402
+from envs.base import EnvDescriptor  # noqa: E402
+from muzero.algorithms.muzero import defaults  # noqa: E402
+from muzero.algorithms.muzero.learning import make_optimizer  # noqa: E402
+from muzero.network import make_network, make_train_step  # noqa: E402
+
+ATARI = EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image", frame_layout="HWC")
+
+
+def settings_for(env: str):
+    """(descriptor, run settings) as the learner would use them."""
+    settings = defaults.run_defaults(env)
+    descriptor = ATARI if env == "atari" else envs.describe(env)
+    settings, _ = defaults.fit_run_defaults(settings, descriptor, {})
+    return descriptor, settings
+
+
+def synthetic_batch(net, batch: int, unroll: int, rng: np.random.Generator) -> dict:
+    """Random inputs of the right dtypes, targets inside the supports, every mask on."""
+    a, k = net.num_actions, unroll
+    if net.input_dtype == tf.uint8:
+        obs = rng.integers(0, 256, (batch, *net.input_shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((batch, *net.input_shape)).astype(net.input_dtype.as_numpy_dtype)
+    policy = rng.random((batch, k + 1, a)).astype(np.float32)
+    ones = np.ones((batch, k + 1), np.float32)
+    return {
+        "observation": obs,
+        "actions": rng.integers(0, a, (batch, k)).astype(np.int32),
+        "target_value": rng.uniform(-5, 5, (batch, k + 1)).astype(np.float32),
+        "target_reward": rng.uniform(-1, 1, (batch, k + 1)).astype(np.float32),
+        "target_policy": policy / policy.sum(-1, keepdims=True),
+        "value_mask": ones, "reward_mask": ones.copy(), "policy_mask": ones.copy(),
+        "importance_weight": np.ones(batch, np.float32),
+    }
+
+
+def make_stepper(env: str, jit: bool):
+    """A function running one training step of ``env``'s default MuZero and returning its loss."""
+    descriptor, settings = settings_for(env)
+    config = settings.config
+    net = make_network(descriptor, config.network, config.targets.stack_frames, seed=0)
+    optimizer = make_optimizer(config.training)
+    optimizer.build(net.trainable_variables)
+    train_step = make_train_step(net, optimizer, config.training, jit_compile=jit)
+    rng = np.random.default_rng(0)
+    batch = {k: tf.constant(v) for k, v in
+             synthetic_batch(net, config.training.batch_size, config.targets.num_unroll_steps, rng).items()}
+
+    def one():
+        return float(train_step(batch)[0])
+
+    for _ in range(3):   # trace (and compile) and warm up
+        one()
+    return one
+
+
+def timed(one, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        one()
+    return steps / (time.perf_counter() - start)
+
+
+def compare(env: str, steps: int, repeats: int) -> tuple:
+    graph, xla = make_stepper(env, False), make_stepper(env, True)
+    rates = {graph: [], xla: []}
+    for r in range(repeats):
+        for fn in ((graph, xla) if r % 2 == 0 else (xla, graph)):
+            rates[fn].append(timed(fn, steps))
+    return statistics.median(rates[graph]), statistics.median(rates[xla])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", default="cartpole,gym:LunarLander-v3,minatar:Breakout,atari",
+                        help="comma-separated env names with MuZero defaults")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per timed repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if args.steps < 1 or args.repeats < 1:
+        parser.error("--steps and --repeats must be >= 1")
+    results = []
+    for env in [e for e in args.envs.split(",") if e]:
+        start = time.perf_counter()
+        graph, xla = compare(env, args.steps, args.repeats)
+        results.append((re.sub(r"[^0-9A-Za-z]+", "_", env), graph, xla))
+        print(f"{env}: graph {graph:.2f} steps/s, xla {xla:.2f} steps/s ({time.perf_counter() - start:.0f} s)",
+              flush=True)
+    for name, graph, xla in results:
+        print(f"steps_per_s_{name}_graph={graph:.3f}")
+        print(f"steps_per_s_{name}_xla={xla:.3f}")
+        print(f"speedup_{name}={xla / graph:.3f}")
+
+
+if __name__ == "__main__":
+    main()
