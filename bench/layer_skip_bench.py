@@ -39,15 +39,20 @@ ATARI = EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image", frame_lay
 K = 5
 
 
-def synthetic_batch(net, batch: int, rng: np.random.Generator) -> dict:
-    a = net.num_actions
-    policy = rng.random((batch, K + 1, a)).astype(np.float32)
-    ones = np.ones((batch, K + 1), np.float32)
+def synthetic_batch(net, batch: int, rng: np.random.Generator, unroll: int = K) -> dict:
+    """Random inputs of the network's dtype, targets inside small supports, every mask on."""
+    a, k = net.num_actions, unroll
+    if net.input_dtype == tf.uint8:
+        obs = rng.integers(0, 256, (batch, *net.input_shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((batch, *net.input_shape)).astype(net.input_dtype.as_numpy_dtype)
+    policy = rng.random((batch, k + 1, a)).astype(np.float32)
+    ones = np.ones((batch, k + 1), np.float32)
     return {
-        "observation": rng.integers(0, 256, (batch, *net.input_shape), dtype=np.uint8),
-        "actions": rng.integers(0, a, (batch, K)).astype(np.int32),
-        "target_value": rng.uniform(-5, 5, (batch, K + 1)).astype(np.float32),
-        "target_reward": rng.uniform(-1, 1, (batch, K + 1)).astype(np.float32),
+        "observation": obs,
+        "actions": rng.integers(0, a, (batch, k)).astype(np.int32),
+        "target_value": rng.uniform(-5, 5, (batch, k + 1)).astype(np.float32),
+        "target_reward": rng.uniform(-1, 1, (batch, k + 1)).astype(np.float32),
         "target_policy": policy / policy.sum(-1, keepdims=True),
         "value_mask": ones, "reward_mask": ones.copy(), "policy_mask": ones.copy(),
         "importance_weight": np.ones(batch, np.float32),
@@ -86,15 +91,21 @@ def timed(one, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def alternating_medians(first, second, steps: int, repeats: int) -> tuple:
+    """Median steps/s of two steppers over ``repeats`` timings of ``steps`` steps each; the
+    repeats alternate between them (and which goes first) so that drifts of the machine's
+    speed hit both alike."""
+    rates = {first: [], second: []}
+    for r in range(repeats):
+        for fn in ((first, second) if r % 2 == 0 else (second, first)):
+            rates[fn].append(timed(fn, steps))
+    return statistics.median(rates[first]), statistics.median(rates[second])
+
+
 def compare(blocks: int, args) -> tuple:
-    """Median steps/s (off, on); the repeats alternate between the two settings (and which
-    goes first) so that drifts of the machine's speed hit both alike."""
-    off, on = make_stepper(blocks, 0.0, args), make_stepper(blocks, args.skip_fraction, args)
-    rates = {off: [], on: []}
-    for r in range(args.repeats):
-        for fn in ((off, on) if r % 2 == 0 else (on, off)):
-            rates[fn].append(timed(fn, args.steps))
-    return statistics.median(rates[off]), statistics.median(rates[on])
+    """Median steps/s (off, on)."""
+    return alternating_medians(make_stepper(blocks, 0.0, args), make_stepper(blocks, args.skip_fraction, args),
+                               args.steps, args.repeats)
 
 
 def main() -> None:

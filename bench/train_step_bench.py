@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -34,13 +33,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import envs  # noqa: E402
-from envs.base import EnvDescriptor  # noqa: E402
 from muzero.algorithms.muzero import defaults  # noqa: E402
 from muzero.algorithms.muzero.learning import make_optimizer  # noqa: E402
 from muzero.network import make_network, make_train_step  # noqa: E402
-
-ATARI = EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image", frame_layout="HWC")
-
+from layer_skip_bench import ATARI, alternating_medians, synthetic_batch  # noqa: E402
 
 def settings_for(env: str):
     """(descriptor, run settings) as the learner would use them."""
@@ -48,26 +44,6 @@ def settings_for(env: str):
     descriptor = ATARI if env == "atari" else envs.describe(env)
     settings, _ = defaults.fit_run_defaults(settings, descriptor, {})
     return descriptor, settings
-
-
-def synthetic_batch(net, batch: int, unroll: int, rng: np.random.Generator) -> dict:
-    """Random inputs of the right dtypes, targets inside the supports, every mask on."""
-    a, k = net.num_actions, unroll
-    if net.input_dtype == tf.uint8:
-        obs = rng.integers(0, 256, (batch, *net.input_shape), dtype=np.uint8)
-    else:
-        obs = rng.standard_normal((batch, *net.input_shape)).astype(net.input_dtype.as_numpy_dtype)
-    policy = rng.random((batch, k + 1, a)).astype(np.float32)
-    ones = np.ones((batch, k + 1), np.float32)
-    return {
-        "observation": obs,
-        "actions": rng.integers(0, a, (batch, k)).astype(np.int32),
-        "target_value": rng.uniform(-5, 5, (batch, k + 1)).astype(np.float32),
-        "target_reward": rng.uniform(-1, 1, (batch, k + 1)).astype(np.float32),
-        "target_policy": policy / policy.sum(-1, keepdims=True),
-        "value_mask": ones, "reward_mask": ones.copy(), "policy_mask": ones.copy(),
-        "importance_weight": np.ones(batch, np.float32),
-    }
 
 
 def make_stepper(env: str, jit: bool):
@@ -80,7 +56,7 @@ def make_stepper(env: str, jit: bool):
     train_step = make_train_step(net, optimizer, config.training, jit_compile=jit)
     rng = np.random.default_rng(0)
     batch = {k: tf.constant(v) for k, v in
-             synthetic_batch(net, config.training.batch_size, config.targets.num_unroll_steps, rng).items()}
+             synthetic_batch(net, config.training.batch_size, rng, config.targets.num_unroll_steps).items()}
 
     def one():
         return float(train_step(batch)[0])
@@ -88,22 +64,6 @@ def make_stepper(env: str, jit: bool):
     for _ in range(3):   # trace (and compile) and warm up
         one()
     return one
-
-
-def timed(one, steps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-        one()
-    return steps / (time.perf_counter() - start)
-
-
-def compare(env: str, steps: int, repeats: int) -> tuple:
-    graph, xla = make_stepper(env, False), make_stepper(env, True)
-    rates = {graph: [], xla: []}
-    for r in range(repeats):
-        for fn in ((graph, xla) if r % 2 == 0 else (xla, graph)):
-            rates[fn].append(timed(fn, steps))
-    return statistics.median(rates[graph]), statistics.median(rates[xla])
 
 
 def main() -> None:
@@ -118,7 +78,7 @@ def main() -> None:
     results = []
     for env in [e for e in args.envs.split(",") if e]:
         start = time.perf_counter()
-        graph, xla = compare(env, args.steps, args.repeats)
+        graph, xla = alternating_medians(make_stepper(env, False), make_stepper(env, True), args.steps, args.repeats)
         results.append((re.sub(r"[^0-9A-Za-z]+", "_", env), graph, xla))
         print(f"{env}: graph {graph:.2f} steps/s, xla {xla:.2f} steps/s ({time.perf_counter() - start:.0f} s)",
               flush=True)
