@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import typing
 from typing import Any, Optional
 
@@ -554,3 +555,34 @@ def from_dict(cls, data: dict):
             value = tuple(value)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+def parse_override(item: str, known_sections: dict, flag: str = "--set") -> tuple:
+    """One ``section.field=value`` override (a ``--set`` flag's value) -> (section, field,
+    value), checked against ``known_sections`` ({name: section dataclass type}).
+
+    The value is read as JSON when it parses (numbers, booleans, lists, objects), else kept
+    as the text; a list becomes a tuple and an object given for a ``*_support`` field a
+    :class:`SupportConfig`. Raises :class:`ConfigError` naming what is wrong and what is known.
+    The field's own range checks run when the section is rebuilt with the value."""
+    match = re.fullmatch(r"(\w+)\.(\w+)=(.*)", item, re.S)
+    if not match or match.group(1) not in known_sections:
+        raise ConfigError(f"{flag}={item!r} must look like section.field=value with section in "
+                          f"{', '.join(known_sections)}")
+    section, field, text = match.groups()
+    known = {f.name for f in dataclasses.fields(known_sections[section])}
+    if field not in known:
+        raise ConfigError(f"{flag}: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if field.endswith("_support") and isinstance(value, dict):
+        keys = [f.name for f in dataclasses.fields(SupportConfig)]
+        if set(value) - set(keys):
+            raise ConfigError(f"{flag}={item!r}: {section}.{field} takes keys {', '.join(keys)}; got "
+                              f"{', '.join(sorted(value))}")
+        value = SupportConfig(**value)
+    if isinstance(value, list):
+        value = tuple(value)
+    return section, field, value

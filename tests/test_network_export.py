@@ -133,3 +133,42 @@ def test_evaluate_refuses_bad_input_with_one_clear_error(tmp_path):
     open(variables, "wb").write(bytes(data))
     with pytest.raises(ValueError, match="cannot be loaded \\(DataLossError.*Checksum does not match.*export again"):
         evaluate(path, 2)
+
+
+def test_evaluator_search_overrides_are_checked_like_the_learners_set():
+    import pytest
+    from muzero.config import ConfigError, SearchConfig
+    from muzero.eval.evaluator import override_search
+    base = SearchConfig(num_simulations=8, gumbel_value_scale=0.02)
+    assert override_search(base) is base
+    got = override_search(base, None, ["search.root_selection=gumbel", "search.gumbel_q_range=tree",
+                                       "search.max_num_considered_actions=4"])
+    assert (got.root_selection, got.gumbel_q_range, got.max_num_considered_actions) == ("gumbel", "tree", 4)
+    assert (got.num_simulations, got.gumbel_value_scale) == (8, 0.02)   # the rest is the export's
+    assert override_search(base, 3, ["search.num_simulations=5"]).num_simulations == 5   # --set last
+    with pytest.raises(ConfigError, match="search has no field 'root'; fields: .*root_selection"):
+        override_search(base, None, ["search.root=gumbel"])
+    with pytest.raises(ConfigError, match="section in search"):
+        override_search(base, None, ["training.batch_size=4"])
+    with pytest.raises(ConfigError, match="root_selection='greedy' is invalid"):
+        override_search(base, None, ["search.root_selection=greedy"])
+    with pytest.raises(ValueError, match="no run.json .* pass --simulations"):
+        override_search(None, None, ["search.root_selection=gumbel"])
+    assert override_search(None, 6, ["search.root_selection=gumbel"]).num_simulations == 6
+
+
+def test_gumbel_root_evaluation_plays_without_gumbel_noise(tmp_path):
+    # Evaluation drops the Gumbel draws, so the played actions cannot depend on the rng; with
+    # one simulation per considered action the choice is argmax(logits + sigma(completed Q)),
+    # which differs from the prior's argmax only through the searched values.
+    from muzero.config import SearchConfig
+    from muzero.eval.evaluator import SavedModelPlayer
+    descriptor, stack = MODELS["vector"]
+    export_saved_model(make_network(descriptor, TINY, stack, seed=3), str(tmp_path / "m"))
+    obs = np.random.default_rng(2).normal(size=(16, 4)).astype(np.float32)
+    config = SearchConfig(num_simulations=4, root_selection="gumbel", gumbel_scale=1.0)
+    player = SavedModelPlayer(str(tmp_path / "m"), config, num_envs=16)
+    legal, to_play = np.ones((16, 2), bool), np.zeros(16, np.int8)
+    first = player.act(obs, legal, to_play, np.random.default_rng(0))
+    for seed in (1, 2, 3):
+        np.testing.assert_array_equal(player.act(obs, legal, to_play, np.random.default_rng(seed)), first)

@@ -11,15 +11,16 @@ options and the search settings; without it, pass them explicitly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 import envs
 from muzero.algorithms.muzero.acting import SearchPolicy
-from muzero.config import SearchConfig, from_dict, to_dict
+from muzero.config import SearchConfig, from_dict, parse_override, to_dict
 from muzero.observation import FrameHistory
 
 RUN_JSON = "run.json"
@@ -106,6 +107,26 @@ def write_run(export_dir: str, env: str, env_options: dict, search_config: Searc
 
 def search_config_from_run(run: dict) -> SearchConfig:
     return from_dict(SearchConfig, run["search"])
+
+
+def override_search(search_config: Optional[SearchConfig], simulations: Optional[int] = None,
+                    items: Sequence[str] = ()) -> Optional[SearchConfig]:
+    """An export's search settings with ``simulations`` and each ``search.field=value`` of
+    ``items`` (``python -m muzero.eval --set``) applied, each checked as the learner's
+    ``--set`` is. ``search_config`` None (an export without run.json) needs ``simulations``.
+    Returns ``search_config`` unchanged when there is nothing to apply."""
+    if simulations is None and not items:
+        return search_config
+    if search_config is None and simulations is None:
+        raise ValueError("this export has no run.json with its search settings: pass --simulations "
+                         "(and --env) with --set")
+    config = search_config if search_config is not None else SearchConfig()
+    if simulations is not None:
+        config = dataclasses.replace(config, num_simulations=simulations)
+    for item in items:
+        _, field, value = parse_override(item, {"search": SearchConfig})
+        config = dataclasses.replace(config, **{field: value})
+    return config
 
 
 def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,

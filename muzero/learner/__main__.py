@@ -97,38 +97,14 @@ class UsageError(ValueError):
     """A flag value that cannot be used; reported as one line."""
 
 
-def _parse_value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def _parse_set(item: str, config) -> tuple:
     """'section.field=value' -> (section, field, value) checked against ``config``'s sections."""
-    import dataclasses
-
-    from muzero.config import SupportConfig
+    from muzero.config import ConfigError, parse_override
     from muzero.learner.settings import sections
-    known_sections = sections(config)
-    match = re.fullmatch(r"(\w+)\.(\w+)=(.*)", item, re.S)
-    if not match or match.group(1) not in known_sections:
-        raise UsageError(f"--set={item!r} must look like section.field=value with section in "
-                         f"{', '.join(known_sections)}")
-    section, field, value = match.groups()
-    known = {f.name for f in dataclasses.fields(known_sections[section])}
-    if field not in known:
-        raise UsageError(f"--set: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
-    value = _parse_value(value)
-    if field.endswith("_support") and isinstance(value, dict):
-        known = [f.name for f in dataclasses.fields(SupportConfig)]
-        if set(value) - set(known):
-            raise UsageError(f"--set={item!r}: {section}.{field} takes keys {', '.join(known)}; got "
-                             f"{', '.join(sorted(value))}")
-        value = SupportConfig(**value)
-    if isinstance(value, list):
-        value = tuple(value)
-    return section, field, value
+    try:
+        return parse_override(item, sections(config))
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
 
 
 def build_settings():
