@@ -129,6 +129,13 @@ def test_trains_checkpoints_exports_and_resumes_where_it_stopped(tmp_path):
     run.run()
     assert any(line.startswith(f"resumed from {tmp_path}/checkpoints/ckpt-5: training step 5") for line in lines)
     assert BUILDER.learner.count == 8 and run.env_steps == 80
+    # Resumed with its limit already reached: no further step, and the end's export is the
+    # checkpoint's network (how to export a checkpoint of a run made with --export=false).
+    lines = []
+    record = _run(tmp_path, lines, max_train_steps=8).run()
+    assert BUILDER.learner.count == 8 and record["stop_reason"] == "max_train_steps=8 reached"
+    assert "stopping: max_train_steps=8 reached" in lines
+    assert (tmp_path / "export" / "step-8" / "muzero_export.json").is_file()
 
 
 def test_progress_records_mean_return_and_length_over_the_recent_episodes(tmp_path):
@@ -236,7 +243,7 @@ def test_time_limit_counts_across_resumes(tmp_path):
     json.dump(state, open(state_path, "w"))
     record = _run(tmp_path, max_seconds=1000.0).run()
     assert record["stop_reason"] == "max_seconds=1000 reached"
-    assert BUILDER.learner.count <= 4                   # stopped at once, not after another 1000 s
+    assert BUILDER.learner.count == 3                   # stopped at once, not after another 1000 s
 
 
 def test_failing_tensorboard_writes_do_not_stop_training(tmp_path, monkeypatch):

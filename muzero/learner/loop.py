@@ -279,8 +279,10 @@ class Run:
         last_env, last_step = self.env_steps, self.training_step
         metrics: dict = {}
         record: dict = {}
-        reason = None
-        while not self.stop_event.is_set():
+        # A resumed run whose limit is already reached stops before training another step
+        # (it still checkpoints and exports at the end: a way to export a checkpoint).
+        reason = self._limits_reached(last_progress - start)
+        while reason is None and not self.stop_event.is_set():
             new = self.learner.step()
             if new is not None:
                 metrics = new
@@ -318,9 +320,8 @@ class Run:
                              f"retrying in {CHECKPOINT_RETRY_S:g} s")
                     last_ckpt = now - s.checkpoint_every_secs + CHECKPOINT_RETRY_S
             reason = self._limits_reached(now - start)
-            if reason:
-                self.log(f"stopping: {reason}")
-                break
+        if reason:
+            self.log(f"stopping: {reason}")
         self._log_signal_notes()
         record["stop_reason"] = reason or "signal"
         self._stopped_at = time.monotonic()   # shutdown time (stopping actors) is not run time
