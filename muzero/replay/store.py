@@ -490,11 +490,11 @@ class TrajectoryStore:
         if capacity != self.capacity:
             raise ValueError(f"the snapshot's store has capacity {capacity}; this one has {self.capacity}")
         rows = int(counters.get("rows", capacity))
-        # Rows this store has written so far (all of them once its ring wrapped): only those
-        # can differ from their initial values, so the rows past the snapshot's are reset up
-        # to there and no further. Writing the rest would commit a fresh store's whole ring
-        # (lazily zeroed pages) at load, gigabytes for Atari's replay.
-        written = self.capacity + 1 if self.head >= self.capacity else self.head
+        # Only rows this store has written (all of them, padding row included, once its ring
+        # wrapped) can differ from their initial values, so the rows past the snapshot's are
+        # reset up to there and no further. Writing the rest would commit a fresh store's
+        # whole ring (lazily zeroed pages) at load, gigabytes for Atari's replay.
+        wrapped = self.head >= self.capacity
         for name in self.array_fields():
             if name == "target_version" and name not in arrays:
                 # A snapshot written without reanalyse: its stored targets are the actors'.
@@ -506,7 +506,8 @@ class TrajectoryStore:
                 raise ValueError(f"snapshot array '{name}' is {source.shape} {source.dtype}, "
                                  f"expected {shape} {target.dtype}")
             target[:len(source)] = source
-            target[len(source):max(len(source), written)] = _INITIAL.get(name, 0)
+            end = len(target) if wrapped else max(len(source), self.head)
+            target[len(source):end] = _INITIAL.get(name, 0)
         for name in self._COUNTERS:
             setattr(self, name, type(getattr(self, name))(counters[name]))
         self.episodes = {int(k): [int(s), int(f)] for k, s, f in counters["episodes"]}
