@@ -186,3 +186,48 @@ def test_priority_updates_change_sampling():
     assert np.mean(rep.sample(200)["index"] == 10) > 0.99
     with pytest.raises(ValueError, match="priorities"):
         rep.update_priorities(np.array([1], np.int64), np.array([np.inf], np.float32))
+
+
+@pytest.mark.parametrize("td_steps,expected", [
+    # Indices 0-3: episode 7's segment A, 4-5: episode 9, 6: episode 7's segment B (one
+    # step), 7-8: its segment C. Sampling left 0-6 at priority 0.5, after index 4 had
+    # reached 4.0 (the largest so far). When C links to B, the last td_steps steps of
+    # the chain before C (B's step, then A's last ones) get 4.0 again, as C's own do.
+    (2, [0.5, 0.5, 0.5, 4.0, 0.5, 0.5, 4.0, 4.0, 4.0]),
+    (3, [0.5, 0.5, 4.0, 4.0, 0.5, 0.5, 4.0, 4.0, 4.0]),
+    # Monte-Carlo targets change at every stored step of the chain; episode 9 keeps its own.
+    (-1, [4.0, 4.0, 4.0, 4.0, 0.5, 0.5, 4.0, 4.0, 4.0]),
+])
+def test_steps_before_a_link_get_the_maximum_priority_again(td_steps, expected):
+    rc = ReplayConfig(capacity_steps=20, min_steps_to_sample=1, priority_exponent=0.5,
+                      min_priority=1e-3)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=td_steps, stack_frames=1), 0)
+    rep.insert(segment(VECTOR, 7, 0, 4))
+    rep.insert(segment(VECTOR, 9, 0, 2))
+    rep.insert(segment(VECTOR, 7, 4, 1))  # B
+    rep.update_priorities(np.array([4], np.int64), np.array([4.0], np.float32))
+    rep.update_priorities(np.arange(7, dtype=np.int64), np.full(7, 0.5, np.float32))
+    rep.insert(segment(VECTOR, 7, 5, 2))
+    store = rep._store
+    np.testing.assert_allclose(store.priorities[:9], expected)
+    # Sum-tree leaves are priority ** alpha (alpha = 0.5): sampling follows the new priorities.
+    np.testing.assert_allclose(store.tree.leaves()[:9], np.sqrt(expected), rtol=1e-6)
+    # A gap (segments lost in between) starts a new chain: nothing before it changes.
+    rep.update_priorities(np.arange(9, dtype=np.int64), np.full(9, 0.5, np.float32))
+    rep.insert(segment(VECTOR, 7, 10, 1))
+    np.testing.assert_allclose(store.priorities[:10], [0.5] * 9 + [4.0])
+
+
+def test_reprioritised_steps_that_lost_their_frame_history_stay_unsampleable():
+    # History 2 (stack_frames): after episode 0's first segment [0, 3) is evicted, steps
+    # 3 and 4 of its second segment lack frames and keep leaf weight 0 when a third
+    # segment links up and gives them (td_steps = 3 >= 2) the maximum priority.
+    rc = ReplayConfig(capacity_steps=7, min_steps_to_sample=1, priority_exponent=1.0, min_priority=1e-3)
+    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=2), 0)
+    rep.insert(segment(IMAGE, 0, 0, 3))
+    rep.insert(segment(IMAGE, 0, 3, 3))   # slots 3-5
+    rep.update_priorities(np.arange(3, 6, dtype=np.int64), np.full(3, 0.25, np.float32))
+    rep.insert(segment(IMAGE, 0, 6, 3))   # evicts [0, 3); slots 6, 0, 1
+    store = rep._store
+    np.testing.assert_allclose(store.priorities[3:6], [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(store.tree.leaves()[3:6], [0.0, 0.0, 1.0])

@@ -71,7 +71,8 @@ class Replay:
                                       history=self.stack_frames if self.is_image else 0,
                                       priority_exponent=replay_config.priority_exponent,
                                       min_priority=replay_config.min_priority,
-                                      reanalyse=target_config.reanalyse_fraction > 0)
+                                      reanalyse=target_config.reanalyse_fraction > 0,
+                                      relink_steps=target_config.td_steps)
         # Reanalyse (docs/REANALYSE.md): rows of training batches meant for refreshed
         # positions, and positions the worker refreshed (not saved in snapshots).
         self.reanalyse_fraction = float(target_config.reanalyse_fraction)

@@ -186,16 +186,22 @@ class TrajectoryStore:
       reanalyse: keep ``target_version`` and a second sum tree, ``refreshed_tree``, whose
         leaves are the main tree's for positions with a reanalysed target (version >= 0)
         and 0 elsewhere (docs/REANALYSE.md).
+      relink_steps: how many of the last stored steps before a link get the maximum
+        priority again when the next segment of their episode arrives; the targets' n
+        (``td_steps``), -1 for every stored step of the chain (Monte-Carlo targets), 0 for
+        none. See ``_reprioritise_before``.
     """
 
     def __init__(self, descriptor: EnvDescriptor, capacity: int, history: int,
-                 priority_exponent: float, min_priority: float, reanalyse: bool = False):
+                 priority_exponent: float, min_priority: float, reanalyse: bool = False,
+                 relink_steps: int = 0):
         c, a = int(capacity), int(descriptor.num_actions)
         self.descriptor = descriptor
         self.capacity = c
         self.history = int(history)
         self.alpha = float(priority_exponent)
         self.min_priority = float(min_priority)
+        self.relink_steps = int(relink_steps)
         self.observations = np.zeros((c + 1,) + tuple(descriptor.observation_shape),
                                      dtype=np.dtype(descriptor.observation_dtype))
         self.actions = np.zeros(c, np.int32)
@@ -351,10 +357,42 @@ class TrajectoryStore:
                              END_TRUNCATED if seg["truncated"] else END_OPEN)
         if prev_id >= 0:
             self.seg_next[prev_id % c] = seg_id
+            self._reprioritise_before(prev_id)
         self.episodes[episode_id] = [seg_id, chain_first]
         self.head += t
         self.seg_head += 1
         self.inserted_steps += t
+
+    def _reprioritise_before(self, seg_id: int) -> None:
+        """Gives the last ``relink_steps`` stored steps up to the end of segment ``seg_id``
+        (walking back through earlier segments of the chain) the maximum priority, as new
+        steps get: the next segment of their episode just arrived.
+
+        While an episode is still being played, a position fewer than n steps before its
+        stored end has a value target cut short there: it bootstraps from the last stored
+        root value instead of reaching n steps ahead, and at the last stored step the target
+        is that step's own value, so its error and its priority are about 0. Priorities are
+        only rewritten when a position is sampled, so such a position would stay at
+        ``min_priority`` (sampling weight ~0.016 against ~0.3-1 with alpha 0.6) after its
+        full target became available.
+        """
+        c = self.capacity
+        want = self.relink_steps if self.relink_steps > 0 else (self.num_steps if self.relink_steps < 0 else 0)
+        parts = []
+        sid = int(seg_id)
+        while want > 0 and sid >= self.seg_tail:
+            r = sid % c
+            length = int(self.seg_length[r])
+            n = min(want, length)
+            parts.append((self.seg_first_slot[r] + length - n + np.arange(n, dtype=np.int64)) % c)
+            want -= n
+            sid = int(self.seg_prev[r])
+        if not parts:
+            return
+        slots = np.concatenate(parts)
+        prio = np.full(slots.size, self.max_priority, np.float32)
+        self.priorities[slots] = prio
+        self._set_leaves(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
 
     def _weights(self, priorities: np.ndarray) -> np.ndarray:
         return np.power(priorities.astype(np.float64), self.alpha)
