@@ -372,9 +372,10 @@ class TrajectoryStore:
         stored end has a value target cut short there: it bootstraps from the last stored
         root value instead of reaching n steps ahead, and at the last stored step the target
         is that step's own value, so its error and its priority are about 0. Priorities are
-        only rewritten when a position is sampled, so such a position would stay at
-        ``min_priority`` (sampling weight ~0.016 against ~0.3-1 with alpha 0.6) after its
-        full target became available.
+        only rewritten when a position is sampled, so such a position kept ``min_priority``
+        (sampling weight ~0.016 against ~0.3-1 with alpha 0.6) after its full target became
+        available, until drawn again: in a 30-minute Breakout run one in seven last steps of
+        segments whose episode went on was still at that floor at the end.
         """
         c = self.capacity
         want = self.relink_steps if self.relink_steps > 0 else (self.num_steps if self.relink_steps < 0 else 0)
