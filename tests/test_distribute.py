@@ -249,7 +249,12 @@ def test_two_device_steps_equal_the_single_device_steps(child):
 def test_serving_copy_reanalyse_and_export_read_the_trained_weights(child):
     assert [d.split("/")[-1] for d in child["serving_devices"]] == ["device:CPU:0"]   # the first device only
     assert child["serving_before_copy"] is False and child["serving_after_copy"] is True
-    _close(child["bootstrap"]["two"], child["bootstrap"]["one"])
+    # Two Adam steps on two devices sum the replicas' gradients in another order; where a
+    # gradient is near 0, Adam's first steps (about lr * g / |g|) turn that rounding into
+    # update differences far above float32's, so the values agree to 1e-4 of their largest
+    # magnitude (a clean CI run saw 1.5e-5), not 1e-5. Which weights the serving copy holds
+    # is checked exactly above.
+    _close(child["bootstrap"]["two"], child["bootstrap"]["one"], rtol=1e-4)
     _close(child["export"], child["bootstrap"]["two"])
 
 
