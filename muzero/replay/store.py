@@ -378,7 +378,7 @@ class TrajectoryStore:
         segments whose episode went on was still at that floor at the end.
         """
         c = self.capacity
-        want = self.relink_steps if self.relink_steps > 0 else (self.num_steps if self.relink_steps < 0 else 0)
+        want = self.num_steps if self.relink_steps < 0 else self.relink_steps
         parts = []
         sid = int(seg_id)
         while want > 0 and sid >= self.seg_tail:
@@ -391,8 +391,12 @@ class TrajectoryStore:
         if not parts:
             return
         slots = np.concatenate(parts)
-        prio = np.full(slots.size, self.max_priority, np.float32)
+        self._write_priorities(slots, np.full(slots.size, self.max_priority, np.float32))
+
+    def _write_priorities(self, slots: np.ndarray, prio: np.ndarray) -> None:
+        """Sets raw priorities [N] (already clipped) of live slots [N] and their leaves."""
         self.priorities[slots] = prio
+        self.max_priority = max(self.max_priority, float(prio.max()))
         self._set_leaves(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
 
     def _weights(self, priorities: np.ndarray) -> np.ndarray:
@@ -450,10 +454,8 @@ class TrajectoryStore:
         if index.size == 0:
             return 0
         slots = index % self.capacity
-        prio = np.maximum(priorities[live].astype(np.float32), np.float32(self.min_priority))
-        self.priorities[slots] = prio
-        self.max_priority = max(self.max_priority, float(prio.max()))
-        self._set_leaves(slots, np.where(self.sampleable[slots], self._weights(prio), 0.0))
+        self._write_priorities(slots, np.maximum(priorities[live].astype(np.float32),
+                                                 np.float32(self.min_priority)))
         return int(index.size)
 
     # ------------------------------------------------------------------ reanalyse
