@@ -89,6 +89,32 @@ def test_fitted_discount_follows_the_episode_limit():
         assert defaults.fitted_discount(limit) == discount, limit
 
 
+def test_long_episodes_act_at_temperature_one_for_the_whole_run():
+    settings = defaults.run_defaults("gym:Test-v0")
+    # CartPole's schedule: factor 1 until step 3,000, 0.5 until 6,000, then 0.25.
+    assert settings.config.search.temperature_at(7_000) == 0.25
+    probe, _ = _probe()
+    for limit in (1000, None):   # longer than 5 x the 100-step horizon of 0.99, or unlimited
+        fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=limit), {}, probe=probe)
+        search = fitted.config.search
+        assert (search.temperature, search.temperature_steps, search.temperature_factors) == (1.0, (), (1.0,))
+        assert search.temperature_at(0) == search.temperature_at(10**6) == 1.0
+        assert any(n.startswith("search.temperature = 1 for the whole run, not falling to 0.25 by training "
+                                "step 6,000") for n in notes)
+    # CartPole-v1's 500 steps keep the built-in schedule (and so the built-in env's settings).
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=500), {}, probe=probe)
+    assert fitted.config.search.temperature_steps == (3_000, 6_000)
+    assert not any("temperature" in n for n in notes)
+    # A user's temperature setting is left alone; a user's discount is too, and the temperature
+    # still follows the episode length.
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000),
+                                              {"search": {"temperature_factors": (1.0, 0.5, 0.25)}}, probe=probe)
+    assert fitted.config.search.temperature_steps == (3_000, 6_000) and not any("temperature" in n for n in notes)
+    fitted, _ = defaults.fit_run_defaults(settings, _vector(limit=1000), {"targets": {"discount": 0.99}},
+                                          probe=probe)
+    assert fitted.config.search.temperature_steps == () and fitted.config.search.discount == 0.99
+
+
 def test_fit_uses_the_probe_and_says_where_each_default_came_from():
     settings = defaults.run_defaults("gym:Test-v0")
     probe, calls = _probe(max_abs=100.0, lo=-100.0, hi=50.0, typical=2.5)

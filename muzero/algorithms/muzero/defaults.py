@@ -291,6 +291,16 @@ def fitted_discount(max_episode_steps) -> float:
     return LONG_DISCOUNT
 
 
+# The CartPole acting temperature falls from 1 to 0.25 by training step 6,000, which a 500-step
+# task reaches after about 2 minutes here. Vector tasks with long episodes (those fitted_discount
+# gives LONG_DISCOUNT) act at temperature 1 for the whole run instead. On LunarLander-v3 with the
+# CartPole schedule seed 0 stayed stuck crashing within ~100 steps (greedy -132 at 10 minutes),
+# and with a constant learning rate hovering to the 1,000-step limit (about 0 from minute 5 to
+# 18); at temperature 1 it ended at 160 after 25 minutes (peak 193), and seed 1 passed 200 at
+# 24.6 minutes (docs/BENCHMARKS.md, thirteenth session).
+_TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
+
+
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
     """Fits a ``gym:`` run's defaults to the env (``core.Builder.fit_to_env``); other envs
     are returned unchanged. ``settings`` are :func:`run_defaults`' (plus env options),
@@ -328,6 +338,13 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
             (f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps, longer than 5 x the "
              f"{1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g}")
         notes.append(f"search.discount = targets.discount = {discount:g}: {why}")
+    search = settings.config.search
+    if descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT and search.temperature_steps \
+            and not any(f"search.{f}" in fixed for f in _TEMPERATURE_FIELDS):
+        sections.setdefault("search", {}).update(temperature=1.0, temperature_steps=(), temperature_factors=(1.0,))
+        notes.append(f"search.temperature = 1 for the whole run, not falling to {search.temperature_factors[-1]:g} "
+                     f"by training step {search.temperature_steps[-1]:,} as for CartPole: episodes of "
+                     f"{f'up to {limit}' if limit else 'unlimited'} steps need exploring for longer")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
         return replace_sections(settings, sections), notes
