@@ -309,6 +309,8 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     - Image observations switch to the Atari settings (stacked frames, conv torso).
     - ``search.discount`` and ``targets.discount`` follow the episode step limit
       (:func:`fitted_discount`) unless the user sets either.
+    - Vector tasks whose step limit gets LONG_DISCOUNT there (or that have none) act at
+      temperature 1 for the whole run, unless the user sets a temperature field.
     - ``network.value_support`` and ``network.reward_support`` are sized by
       :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
       when it has one, else the largest |reward| a random policy met, with the mean
