@@ -297,7 +297,8 @@ def fitted_discount(max_episode_steps) -> float:
 # CartPole schedule seed 0 stayed stuck crashing within ~100 steps (greedy -132 at 10 minutes),
 # and with a constant learning rate hovering to the 1,000-step limit (about 0 from minute 5 to
 # 18); at temperature 1 it ended at 160 after 25 minutes (peak 193), and seed 1 passed 200 at
-# 24.6 minutes (docs/BENCHMARKS.md, thirteenth session).
+# 24.6 minutes. Seed 2 gained nothing (79 at 30 minutes, 87 before) (docs/BENCHMARKS.md,
+# thirteenth session).
 _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
 
 
