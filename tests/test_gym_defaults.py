@@ -115,6 +115,25 @@ def test_long_episodes_act_at_temperature_one_for_the_whole_run():
     assert fitted.config.search.temperature_steps == () and fitted.config.search.discount == 0.99
 
 
+def test_long_episodes_decay_the_learning_rate_over_more_steps():
+    settings = defaults.run_defaults("gym:Test-v0")
+    training = settings.config.training
+    assert (training.lr_schedule, training.lr_decay_steps) == ("cosine", 20_000)   # CartPole's
+    probe, _ = _probe()
+    for limit in (1000, None):
+        fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=limit), {}, probe=probe)
+        assert fitted.config.training.lr_decay_steps == 75_000
+        assert fitted.config.training.learning_rate == 3e-3 and fitted.config.training.lr_alpha == 0.1
+        assert any(n.startswith("training.lr_decay_steps = 75,000, not CartPole's 20,000") for n in notes)
+    # CartPole-v1's 500 steps keep CartPole's decay.
+    fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=500), {}, probe=probe)
+    assert fitted.config.training.lr_decay_steps == 20_000 and not any("lr_decay" in n for n in notes)
+    # A user's schedule or decay length is left alone.
+    for changes in ({"training": {"lr_decay_steps": 30_000}}, {"training": {"lr_schedule": "constant"}}):
+        fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000), changes, probe=probe)
+        assert fitted.config.training.lr_decay_steps == 20_000 and not any("lr_decay" in n for n in notes)
+
+
 def test_fit_uses_the_probe_and_says_where_each_default_came_from():
     settings = defaults.run_defaults("gym:Test-v0")
     probe, calls = _probe(max_abs=100.0, lo=-100.0, hi=50.0, typical=2.5)

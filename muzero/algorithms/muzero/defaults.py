@@ -301,6 +301,15 @@ def fitted_discount(max_episode_steps) -> float:
 # thirteenth session).
 _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
 
+# They also decay the learning rate over LONG_LR_DECAY_STEPS, not CartPole's 20,000 (which
+# suits a task solved in 2-4 minutes and leaves a 30-minute run at the 3e-4 floor from its
+# eighth minute). With CartPole's 20,000, LunarLander-v3 seed 2 at temperature 1 levelled
+# near 100 in training return from minute 10 and ended at 79 greedy; with 75,000 (about the
+# training steps of 30 minutes here) it passed 200 at 17.5 minutes and ended at 229
+# (docs/BENCHMARKS.md, fourteenth session).
+LONG_LR_DECAY_STEPS = 75_000
+_LR_FIELDS = ("lr_schedule", "lr_decay_steps")
+
 
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
     """Fits a ``gym:`` run's defaults to the env (``core.Builder.fit_to_env``); other envs
@@ -311,7 +320,9 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     - ``search.discount`` and ``targets.discount`` follow the episode step limit
       (:func:`fitted_discount`) unless the user sets either.
     - Vector tasks whose step limit gets LONG_DISCOUNT there (or that have none) act at
-      temperature 1 for the whole run, unless the user sets a temperature field.
+      temperature 1 for the whole run, unless the user sets a temperature field, and
+      decay the learning rate over LONG_LR_DECAY_STEPS training steps, unless the user
+      sets ``training.lr_schedule`` or ``training.lr_decay_steps``.
     - ``network.value_support`` and ``network.reward_support`` are sized by
       :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
       when it has one, else the largest |reward| a random policy met, with the mean
@@ -348,6 +359,13 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
         notes.append(f"search.temperature = 1 for the whole run, not falling to {search.temperature_factors[-1]:g} "
                      f"by training step {search.temperature_steps[-1]:,} as for CartPole: episodes of "
                      f"{f'up to {limit}' if limit else 'unlimited'} steps need exploring for longer")
+    training = settings.config.training
+    if descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT and training.lr_schedule == "cosine" \
+            and training.lr_decay_steps < LONG_LR_DECAY_STEPS and not any(f"training.{f}" in fixed for f in _LR_FIELDS):
+        sections.setdefault("training", {})["lr_decay_steps"] = LONG_LR_DECAY_STEPS
+        notes.append(f"training.lr_decay_steps = {LONG_LR_DECAY_STEPS:,}, not CartPole's {training.lr_decay_steps:,}: "
+                     f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps take longer to learn, and "
+                     f"the learning rate stays above its floor for longer")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
         return replace_sections(settings, sections), notes
