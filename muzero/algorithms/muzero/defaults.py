@@ -305,8 +305,9 @@ _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors"
 # suits a task solved in 2-4 minutes and leaves a 30-minute run at the 3e-4 floor from its
 # eighth minute). With CartPole's 20,000, LunarLander-v3 seed 2 at temperature 1 levelled
 # near 100 in training return from minute 10 and ended at 79 greedy; with 75,000 (about the
-# training steps of 30 minutes here) it passed 200 at 17.5 minutes and ended at 229
-# (docs/BENCHMARKS.md, fourteenth session).
+# training steps of 30 minutes here) it passed 200 at 17.5 minutes and ended at 229. Seed 1
+# passed 200 at 20.9 minutes (24.6 before); seed 0 ended at 132, below the 160 it had after
+# 25 minutes with 20,000 (docs/BENCHMARKS.md, fourteenth session).
 LONG_LR_DECAY_STEPS = 75_000
 _LR_FIELDS = ("lr_schedule", "lr_decay_steps")
 
