@@ -342,6 +342,8 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
                      "(stacked frames, residual conv torso with downsampling)")
     fixed = {f"{section}.{field}" for section, fields in changes.items() for field in fields}
     limit = descriptor.max_episode_steps
+    episodes = f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps"
+    long_vector_task = descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT
     sections = {}
     if "search.discount" in fixed or "targets.discount" in fixed:
         discount = changes.get("targets", {}).get("discount", changes.get("search", {}).get("discount"))
@@ -350,23 +352,21 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
         sections = {"search": {"discount": discount}, "targets": {"discount": discount}}
         why = (f"the {1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g} spans at least a fifth of "
                f"the {limit}-step episode limit") if discount == SHORT_DISCOUNT else \
-            (f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps, longer than 5 x the "
+            (f"{episodes}, longer than 5 x the "
              f"{1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g}")
         notes.append(f"search.discount = targets.discount = {discount:g}: {why}")
     search = settings.config.search
-    if descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT and search.temperature_steps \
-            and not any(f"search.{f}" in fixed for f in _TEMPERATURE_FIELDS):
+    if long_vector_task and search.temperature_steps and not any(f"search.{f}" in fixed for f in _TEMPERATURE_FIELDS):
         sections.setdefault("search", {}).update(temperature=1.0, temperature_steps=(), temperature_factors=(1.0,))
         notes.append(f"search.temperature = 1 for the whole run, not falling to {search.temperature_factors[-1]:g} "
-                     f"by training step {search.temperature_steps[-1]:,} as for CartPole: episodes of "
-                     f"{f'up to {limit}' if limit else 'unlimited'} steps need exploring for longer")
+                     f"by training step {search.temperature_steps[-1]:,} as for CartPole: {episodes} need "
+                     "exploring for longer")
     training = settings.config.training
-    if descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT and training.lr_schedule == "cosine" \
+    if long_vector_task and training.lr_schedule == "cosine" \
             and training.lr_decay_steps < LONG_LR_DECAY_STEPS and not any(f"training.{f}" in fixed for f in _LR_FIELDS):
         sections.setdefault("training", {})["lr_decay_steps"] = LONG_LR_DECAY_STEPS
         notes.append(f"training.lr_decay_steps = {LONG_LR_DECAY_STEPS:,}, not CartPole's {training.lr_decay_steps:,}: "
-                     f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps take longer to learn, and "
-                     f"the learning rate stays above its floor for longer")
+                     f"{episodes} take longer to learn, and the learning rate stays above its floor for longer")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
         return replace_sections(settings, sections), notes
