@@ -174,6 +174,15 @@ class SearchConfig:
     # the tree, the bounds pUCT normalises with), so that two nearly equal Q values of a
     # node stay nearly equal in sigma instead of being spread to 0 and 1.
     gumbel_q_range: str = "node"
+    # Evaluation (the greedy evaluation actors and python -m muzero.eval) may play by another
+    # root than training: "" plays by root_selection; "puct" or "gumbel" overrides it there.
+    # Training's acting, its policy targets and reanalyse never use these two fields.
+    # Evaluating with "gumbel" picks the move by argmax(logits + sigma(completed Q)) among the
+    # most visited considered actions, so the searched values choose it rather than the
+    # share of visits the prior steered (docs/SEARCH.md, "Evaluation root").
+    eval_root_selection: str = ""
+    # Gumbel's value scale in evaluation; 0 uses gumbel_value_scale.
+    eval_gumbel_value_scale: float = 0.0
 
     def __post_init__(self):
         if self.gumbel_q_range not in GUMBEL_Q_RANGES:
@@ -182,6 +191,10 @@ class SearchConfig:
         if self.root_selection not in ROOT_SELECTIONS:
             _fail("SearchConfig", "root_selection", self.root_selection,
                   f"must be one of {', '.join(ROOT_SELECTIONS)}")
+        if self.eval_root_selection not in ("",) + ROOT_SELECTIONS:
+            _fail("SearchConfig", "eval_root_selection", self.eval_root_selection,
+                  f"must be empty (evaluate as root_selection) or one of {', '.join(ROOT_SELECTIONS)}")
+        check_float(self, "eval_gumbel_value_scale", 0.0, 1e6)
         check_int(self, "max_num_considered_actions", 1, 100_000)
         check_float(self, "gumbel_scale", 0.0, 1e6)
         check_float(self, "gumbel_value_scale", 0.0, 1e6, lo_open=True)
@@ -218,6 +231,17 @@ class SearchConfig:
         """Nodes one search tree needs: the root plus one per simulation (S + 1). The latent
         cache's nodes per slot, the actor's tree workspace and the evaluator all use this."""
         return self.num_simulations + 1
+
+    def for_evaluation(self) -> "SearchConfig":
+        """The settings an evaluation search uses: ``eval_root_selection`` and
+        ``eval_gumbel_value_scale`` in place of ``root_selection`` and ``gumbel_value_scale``
+        where they are set; itself when neither is."""
+        changes = {}
+        if self.eval_root_selection:
+            changes["root_selection"] = self.eval_root_selection
+        if self.eval_gumbel_value_scale > 0:
+            changes["gumbel_value_scale"] = self.eval_gumbel_value_scale
+        return dataclasses.replace(self, **changes) if changes else self
 
     def temperature_at(self, train_step: int) -> float:
         """Acting temperature at the learner's training step ``train_step``."""

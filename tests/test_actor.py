@@ -137,6 +137,15 @@ def _episodes(segments, descriptor):
     return by_episode
 
 
+def test_evaluation_actors_search_by_the_evaluation_root_and_training_actors_do_not():
+    search = SearchConfig(num_simulations=4, eval_root_selection="gumbel", eval_gumbel_value_scale=0.1)
+    for evaluation, root, scale in ((True, "gumbel", 0.1), (False, "puct", search.gumbel_value_scale)):
+        actor = Actor(ActorSettings(server="127.0.0.1:1", env="cartpole", search=search, envs_per_actor=2,
+                                    evaluation=evaluation), client=None)
+        assert (actor.policy.config.root_selection, actor.policy.config.gumbel_value_scale) == (root, scale)
+        assert actor.policy.evaluation is evaluation
+
+
 def test_actor_pushes_contiguous_cartpole_episodes():
     segments, actor = _run_actor(_VectorModel(), "cartpole", steps=400, envs_per_actor=4, segment_length=7)
     episodes = _episodes(segments, envs.describe("cartpole"))

@@ -155,6 +155,37 @@ def test_evaluator_search_overrides_are_checked_like_the_learners_set():
     with pytest.raises(ValueError, match="no run.json .* pass --simulations"):
         override_search(None, None, ["search.root_selection=gumbel"])
     assert override_search(None, 6, ["search.root_selection=gumbel"]).num_simulations == 6
+    # An export whose run evaluates by another root than it trained by: a root rule named on
+    # the command line is the one played, and the evaluation-only fields can be named too.
+    split = SearchConfig(num_simulations=8, eval_root_selection="gumbel", eval_gumbel_value_scale=0.1)
+    assert override_search(split, 4).for_evaluation().root_selection == "gumbel"
+    played = override_search(split, None, ["search.root_selection=puct"]).for_evaluation()
+    assert played.root_selection == "puct"
+    played = override_search(split, None, ["search.gumbel_value_scale=1.0"]).for_evaluation()
+    assert (played.root_selection, played.gumbel_value_scale) == ("gumbel", 1.0)
+    played = override_search(base, None, ["search.eval_root_selection=gumbel",
+                                          "search.eval_gumbel_value_scale=0.5"]).for_evaluation()
+    assert (played.root_selection, played.gumbel_value_scale) == ("gumbel", 0.5)
+    with pytest.raises(ConfigError, match="eval_root_selection='greedy' is invalid"):
+        override_search(base, None, ["search.eval_root_selection=greedy"])
+
+
+def test_evaluation_root_fields_make_the_player_search_by_that_root(tmp_path):
+    # A pUCT-trained run that evaluates by Gumbel's root plays, in evaluation, exactly as a
+    # Gumbel run at that value scale does, and differs from pUCT's most visited move here.
+    from muzero.config import SearchConfig
+    from muzero.eval.evaluator import SavedModelPlayer
+    descriptor, stack = MODELS["vector"]
+    export_saved_model(make_network(descriptor, TINY, stack, seed=3), str(tmp_path / "m"))
+    obs = np.random.default_rng(2).normal(size=(16, 4)).astype(np.float32)
+    legal, to_play = np.ones((16, 2), bool), np.zeros(16, np.int8)
+
+    def play(**search):
+        player = SavedModelPlayer(str(tmp_path / "m"), SearchConfig(num_simulations=4, **search), num_envs=16)
+        return player.act(obs, legal, to_play, np.random.default_rng(0))
+    split = play(eval_root_selection="gumbel", eval_gumbel_value_scale=1.0)
+    np.testing.assert_array_equal(split, play(root_selection="gumbel", gumbel_value_scale=1.0))
+    assert (split != play()).any()
 
 
 def test_gumbel_root_evaluation_plays_without_gumbel_noise(tmp_path):

@@ -110,7 +110,8 @@ class Actor:
         if s.random_policy:
             self.policy = RandomPolicy(d.num_actions, self.rng)
         else:
-            self.policy = SearchPolicy(s.search, s.envs_per_actor, d.num_actions, self.rng,
+            search = s.search.for_evaluation() if s.evaluation else s.search
+            self.policy = SearchPolicy(search, s.envs_per_actor, d.num_actions, self.rng,
                                        evaluation=s.evaluation, in_tree_masks=d.has_legal_mask and d.two_player)
         self.stop_event = threading.Event()
         self.env_steps = 0

@@ -72,7 +72,7 @@ class SavedModelPlayer:
         policy = self._policies.get(in_tree_masks)
         if policy is None:
             policy = self._policies[in_tree_masks] = SearchPolicy(
-                self.search_config, self.num_envs, self.num_actions, rng, evaluation=True,
+                self.search_config.for_evaluation(), self.num_envs, self.num_actions, rng, evaluation=True,
                 in_tree_masks=in_tree_masks)
         policy.rng = rng
         actions, _ = policy.act(root["value"], root["policy_logits"], legal_mask, to_play, recurrent_fn)
@@ -123,10 +123,16 @@ def override_search(search_config: Optional[SearchConfig], simulations: Optional
     config = search_config if search_config is not None else SearchConfig()
     if simulations is not None:
         config = dataclasses.replace(config, num_simulations=simulations)
+    named = set()
     for item in items:
         _, field, value = parse_override(item, {"search": SearchConfig})
         config = dataclasses.replace(config, **{field: value})
-    return config
+        named.add(field)
+    # Here every search is an evaluation: a root rule or value scale named on the command
+    # line is the one played, even where the export's run sets an evaluation-only one.
+    follow = {f"eval_{f}": default for f, default in (("root_selection", ""), ("gumbel_value_scale", 0.0))
+              if f in named and f"eval_{f}" not in named}
+    return dataclasses.replace(config, **follow) if follow else config
 
 
 def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
