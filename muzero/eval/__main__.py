@@ -5,7 +5,9 @@ envs: a MuZero export by search (temperature 0, no root noise), a policy export
 (V-trace, PPO: ``muzero_export.json`` names the algorithm) by its greedy action.
 Prints the mean episode return. ``--set=search.field=value`` changes how a MuZero export
 searches (e.g. ``--set=search.root_selection=gumbel`` plays by Gumbel MuZero's root without
-its Gumbel noise: sequential halving, then the best of logits + completed Q). For
+its Gumbel noise: sequential halving, then the best of logits + completed Q). An export
+whose run set ``search.eval_root_selection`` (the ``gym:`` fit does for long-episode vector
+tasks) plays by that root unless ``--set`` names ``search.root_selection``. For
 tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
 perfect player and prints wins, draws and losses.
 
