@@ -6,9 +6,8 @@ envs: a MuZero export by search (temperature 0, no root noise), a policy export
 Prints the mean episode return. ``--set=search.field=value`` changes how a MuZero export
 searches (e.g. ``--set=search.root_selection=gumbel`` plays by Gumbel MuZero's root without
 its Gumbel noise: sequential halving, then the best of logits + completed Q). An export
-whose run set ``search.eval_root_selection`` (the ``gym:`` fit does for long-episode vector
-tasks) plays by that root unless ``--set`` names ``search.root_selection``. For
-tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
+whose run set ``search.eval_root_selection`` plays by that root unless ``--set`` names
+``search.root_selection``. For tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
 perfect player and prints wins, draws and losses.
 
 Examples:

@@ -313,18 +313,11 @@ _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors"
 LONG_LR_DECAY_STEPS = 75_000
 _LR_FIELDS = ("lr_schedule", "lr_decay_steps")
 
-# And they evaluate by Gumbel MuZero's root at mctx's value scale 0.1 (search.eval_root_selection),
-# while training still acts, and makes its targets, by pUCT. The policy head of a pUCT-trained
-# LunarLander-v3 network plays little better than random, and pUCT's most visited move follows
-# the prior's share of the visits; Gumbel's final choice, argmax(logits + sigma(completed Q)),
-# lets the searched values weigh in. Seven exports of 30-minute runs, 24 greedy episodes each:
-# most visited -123 / 0 / 155 / 230 (fifteenth session's runs) and 36 / 34 / 43 (ninth's);
-# Gumbel at 0.1: 11 / 97 / 212 / 255 and 44 / 53 / 88, ahead on every one. At value scale 1 the
-# values alone decide: 93 / 155 / 185 / 161, far ahead on weak networks but 69 behind on the
-# best; at CartPole's 0.02 the prior decides (-143 on the ninth's seed 0) (docs/BENCHMARKS.md,
-# sixteenth session).
-LONG_EVAL_GUMBEL_VALUE_SCALE = 0.1
-_EVAL_ROOT_FIELDS = ("root_selection", "gumbel_value_scale", "eval_root_selection", "eval_gumbel_value_scale")
+# Evaluation keeps pUCT's most visited move (search.eval_root_selection can change it). Gumbel's
+# root at value scale 0.1 in evaluation was ahead on seven 30-minute LunarLander-v3 exports
+# (median +45) but behind on the three exports of the runs that then evaluated with it (23 against
+# 186, 123 against 202, -75 against -38), with 2 of 3 seeds passing 200 either way
+# (docs/BENCHMARKS.md, sixteenth session).
 
 
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
@@ -338,8 +331,7 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     - Vector tasks whose step limit gets LONG_DISCOUNT there (or that have none) act at
       temperature 1 for the whole run, unless the user sets a temperature field, and
       decay the learning rate over LONG_LR_DECAY_STEPS training steps, unless the user
-      sets ``training.lr_schedule`` or ``training.lr_decay_steps``, and evaluate by Gumbel's
-      root at value scale LONG_EVAL_GUMBEL_VALUE_SCALE unless the user sets a root field.
+      sets ``training.lr_schedule`` or ``training.lr_decay_steps``.
     - ``network.value_support`` and ``network.reward_support`` are sized by
       :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
       when it has one, else the largest |reward| a random policy met, with the mean
@@ -383,13 +375,6 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
         sections.setdefault("training", {})["lr_decay_steps"] = LONG_LR_DECAY_STEPS
         notes.append(f"training.lr_decay_steps = {LONG_LR_DECAY_STEPS:,}, not CartPole's {training.lr_decay_steps:,}: "
                      f"{episodes} take longer to learn, and the learning rate stays above its floor for longer")
-    if long_vector_task and search.root_selection == "puct" and not search.eval_root_selection \
-            and not any(f"search.{f}" in fixed for f in _EVAL_ROOT_FIELDS):
-        sections.setdefault("search", {}).update(eval_root_selection="gumbel",
-                                                 eval_gumbel_value_scale=LONG_EVAL_GUMBEL_VALUE_SCALE)
-        notes.append(f"search.eval_root_selection = gumbel at value scale {LONG_EVAL_GUMBEL_VALUE_SCALE:g} for "
-                     f"evaluation (training acts by pUCT): on {episodes} the searched values pick a better "
-                     "greedy move than the most visited one")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
         return replace_sections(settings, sections), notes
