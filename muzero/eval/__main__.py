@@ -7,8 +7,8 @@ Prints the mean episode return. ``--set=search.field=value`` changes how a MuZer
 searches (e.g. ``--set=search.root_selection=gumbel`` plays by Gumbel MuZero's root without
 its Gumbel noise: sequential halving, then the best of logits + completed Q). An export
 whose run set ``search.eval_root_selection`` plays by that root unless ``--set`` names
-``search.root_selection``. For tic-tac-toe, ``--opponent=minimax`` plays half the games as each side against the
-perfect player and prints wins, draws and losses.
+``search.root_selection``. For tic-tac-toe, ``--opponent=minimax`` plays half the games as
+each side against the perfect player and prints wins, draws and losses.
 
 Examples:
   python -m muzero.eval --export_dir=runs/cartpole/export/step-3000 --episodes=20
