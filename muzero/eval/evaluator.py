@@ -130,9 +130,11 @@ def override_search(search_config: Optional[SearchConfig], simulations: Optional
         named.add(field)
     # Here every search is an evaluation: a root rule or value scale named on the command
     # line is the one played, even where the export's run sets an evaluation-only one.
-    follow = {f"eval_{f}": default for f, default in (("root_selection", ""), ("gumbel_value_scale", 0.0))
-              if f in named and f"eval_{f}" not in named}
-    return dataclasses.replace(config, **follow) if follow else config
+    if "root_selection" in named and "eval_root_selection" not in named:
+        config = dataclasses.replace(config, eval_root_selection="")
+    if "gumbel_value_scale" in named and "eval_gumbel_value_scale" not in named:
+        config = dataclasses.replace(config, eval_gumbel_value_scale=0.0)
+    return config
 
 
 def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,

@@ -313,12 +313,6 @@ _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors"
 LONG_LR_DECAY_STEPS = 75_000
 _LR_FIELDS = ("lr_schedule", "lr_decay_steps")
 
-# Evaluation keeps pUCT's most visited move (search.eval_root_selection can change it). Gumbel's
-# root at value scale 0.1 in evaluation was ahead on seven 30-minute LunarLander-v3 exports
-# (median +45) but behind on the three exports of the runs that then evaluated with it (23 against
-# 186, 123 against 202, -75 against -38), with 2 of 3 seeds passing 200 either way
-# (docs/BENCHMARKS.md, sixteenth session).
-
 
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
     """Fits a ``gym:`` run's defaults to the env (``core.Builder.fit_to_env``); other envs
