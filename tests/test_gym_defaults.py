@@ -115,23 +115,29 @@ def test_long_episodes_act_at_temperature_one_for_the_whole_run():
     assert fitted.config.search.temperature_steps == () and fitted.config.search.discount == 0.99
 
 
-def test_long_episodes_decay_the_learning_rate_over_more_steps():
+def test_long_episodes_train_at_a_constant_learning_rate():
     settings = defaults.run_defaults("gym:Test-v0")
     training = settings.config.training
-    assert (training.lr_schedule, training.lr_decay_steps) == ("cosine", 20_000)   # CartPole's
+    assert (training.learning_rate, training.lr_schedule, training.lr_decay_steps) == (3e-3, "cosine", 20_000)
     probe, _ = _probe()
     for limit in (1000, None):
         fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=limit), {}, probe=probe)
-        assert fitted.config.training.lr_decay_steps == 75_000
-        assert fitted.config.training.learning_rate == 3e-3 and fitted.config.training.lr_alpha == 0.1
-        assert any(n.startswith("training.lr_decay_steps = 75,000, not CartPole's 20,000") for n in notes)
+        training = fitted.config.training
+        assert (training.learning_rate, training.lr_schedule) == (2e-3, "constant")
+        assert any(n.startswith("training.learning_rate = 0.002, constant, not CartPole's cosine decay from 0.003 "
+                                "over 20,000 steps") for n in notes)
     # CartPole-v1's 500 steps keep CartPole's decay.
     fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=500), {}, probe=probe)
-    assert fitted.config.training.lr_decay_steps == 20_000 and not any("lr_decay" in n for n in notes)
-    # A user's schedule or decay length is left alone.
-    for changes in ({"training": {"lr_decay_steps": 30_000}}, {"training": {"lr_schedule": "constant"}}):
+    training = fitted.config.training
+    assert (training.learning_rate, training.lr_schedule, training.lr_decay_steps) == (3e-3, "cosine", 20_000)
+    assert not any("learning_rate" in n for n in notes)
+    # A user's learning-rate field leaves the whole schedule to the user.
+    for changes in ({"training": {"lr_decay_steps": 30_000}}, {"training": {"learning_rate": 5e-4}},
+                    {"training": {"lr_schedule": "cosine"}}, {"training": {"lr_alpha": 0.5}}):
         fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000), changes, probe=probe)
-        assert fitted.config.training.lr_decay_steps == 20_000 and not any("lr_decay" in n for n in notes)
+        training = fitted.config.training
+        assert (training.learning_rate, training.lr_schedule) == (3e-3, "cosine")
+        assert not any("learning_rate" in n for n in notes)
 
 
 def test_fitted_runs_evaluate_by_the_root_they_train_with():

@@ -301,17 +301,18 @@ def fitted_discount(max_episode_steps) -> float:
 # thirteenth session).
 _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
 
-# They also decay the learning rate over LONG_LR_DECAY_STEPS, not CartPole's 20,000 (which
-# suits a task solved in 2-4 minutes and leaves a 30-minute run at the 3e-4 floor from its
-# eighth minute). With CartPole's 20,000, LunarLander-v3 seed 2 at temperature 1 levelled
-# near 100 in training return from minute 10 and ended at 79 greedy; with 75,000 (about the
-# training steps of 30 minutes here) it passed 200 at 17.5 minutes and ended at 229. Seed 1
-# passed 200 at 20.9 minutes (24.6 before); seed 0 ended at 132, below the 160 it had after
-# 25 minutes with 20,000 (docs/BENCHMARKS.md, fourteenth session), and at -166 in a second run.
-# The replay ratio stays CartPole's 8 although the trainer waits for LunarLander's actors: at
-# 16 it made ~45 % more steps, but only seed 2 of 3 passed 200 (fifteenth session).
-LONG_LR_DECAY_STEPS = 75_000
-_LR_FIELDS = ("lr_schedule", "lr_decay_steps")
+# They also train at a constant learning rate of LONG_LEARNING_RATE instead of CartPole's
+# cosine decay from 3e-3 (to 3e-4 over 20,000 steps, which suits a task solved in 2-4 minutes).
+# On LunarLander-v3 at temperature 1, the decay over 20,000 steps left seed 2 near 100 from
+# minute 10; over 75,000 steps (fourteenth session) seeds 1 and 2 passed 200 at 20.9 and 17.5
+# minutes, but seed 0 spent its first 10-25 minutes crashing in each of three runs (ending at
+# 132, -166 and -75). At a constant 1e-3 seed 0 passed (23.7 minutes) but seed 1 hovered at
+# the step limit for 25 minutes (seventeenth session); at a constant 2e-3 all three passed,
+# at 20.3, 16.6 and 15.4 minutes (docs/BENCHMARKS.md, eighteenth session). The replay ratio stays CartPole's 8 although the
+# trainer waits for LunarLander's actors: at 16 it made ~45 % more steps, but only seed 2 of 3
+# passed 200 (fifteenth session).
+LONG_LEARNING_RATE = 2e-3
+_LR_FIELDS = ("learning_rate", "lr_schedule", "lr_decay_steps", "lr_alpha")
 
 
 def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=None) -> tuple:
@@ -324,8 +325,9 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
       (:func:`fitted_discount`) unless the user sets either.
     - Vector tasks whose step limit gets LONG_DISCOUNT there (or that have none) act at
       temperature 1 for the whole run, unless the user sets a temperature field, and
-      decay the learning rate over LONG_LR_DECAY_STEPS training steps, unless the user
-      sets ``training.lr_schedule`` or ``training.lr_decay_steps``.
+      train at a constant learning rate of LONG_LEARNING_RATE, unless the user sets a
+      learning-rate field (``training.learning_rate``, ``lr_schedule``, ``lr_decay_steps``
+      or ``lr_alpha``).
     - ``network.value_support`` and ``network.reward_support`` are sized by
       :func:`fitted_supports` from the reward scale (the env's declared ``reward_range``
       when it has one, else the largest |reward| a random policy met, with the mean
@@ -365,10 +367,11 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
                      "exploring for longer")
     training = settings.config.training
     if long_vector_task and training.lr_schedule == "cosine" \
-            and training.lr_decay_steps < LONG_LR_DECAY_STEPS and not any(f"training.{f}" in fixed for f in _LR_FIELDS):
-        sections.setdefault("training", {})["lr_decay_steps"] = LONG_LR_DECAY_STEPS
-        notes.append(f"training.lr_decay_steps = {LONG_LR_DECAY_STEPS:,}, not CartPole's {training.lr_decay_steps:,}: "
-                     f"{episodes} take longer to learn, and the learning rate stays above its floor for longer")
+            and not any(f"training.{f}" in fixed for f in _LR_FIELDS):
+        sections.setdefault("training", {}).update(learning_rate=LONG_LEARNING_RATE, lr_schedule="constant")
+        notes.append(f"training.learning_rate = {LONG_LEARNING_RATE:g}, constant, not CartPole's cosine decay from "
+                     f"{training.learning_rate:g} over {training.lr_decay_steps:,} steps: {episodes} take longer "
+                     "to learn than the decay to its floor allows")
     wanted = [f for f in ("network.value_support", "network.reward_support") if f not in fixed]
     if not wanted:
         return replace_sections(settings, sections), notes
