@@ -307,10 +307,10 @@ _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors"
 # minute 10; over 75,000 steps (fourteenth session) seeds 1 and 2 passed 200 at 20.9 and 17.5
 # minutes, but seed 0 spent its first 10-25 minutes crashing in each of three runs (ending at
 # 132, -166 and -75). At a constant 1e-3 seed 0 passed (23.7 minutes) but seed 1 hovered at
-# the step limit for 25 minutes (seventeenth session); at a constant 2e-3 all three passed,
-# at 20.3, 16.6 and 15.4 minutes (docs/BENCHMARKS.md, eighteenth session). The replay ratio stays CartPole's 8 although the
-# trainer waits for LunarLander's actors: at 16 it made ~45 % more steps, but only seed 2 of 3
-# passed 200 (fifteenth session).
+# the step limit for 25 minutes (seventeenth session); at a constant 2e-3 all three passed in
+# each of two runs, at 14.9-22.0 minutes (docs/BENCHMARKS.md, eighteenth session). The replay
+# ratio stays CartPole's 8 although the trainer waits for LunarLander's actors: at 16 it made
+# ~45 % more steps, but only seed 2 of 3 passed 200 (fifteenth session).
 LONG_LEARNING_RATE = 2e-3
 _LR_FIELDS = ("learning_rate", "lr_schedule", "lr_decay_steps", "lr_alpha")
 
