@@ -269,6 +269,12 @@ class TargetConfig:
     # extra initial inference per batch on up to B * (K + 1) positions: cheap for
     # vector observations, costly for stacked frames.
     reanalyse_values: bool = False
+    # With reanalyse_values: bootstrap from a copy of the trained weights refreshed every
+    # this many training steps (a target network, as EfficientZero's refreshed every 200
+    # steps and LightZero's every 100) instead of the weights being trained. 0: the
+    # trained weights themselves. With CartPole's few_env_steps preset, 100 made the greedy
+    # snapshots worse on all three seeds (docs/BENCHMARKS.md, nineteenth session).
+    value_target_update_steps: int = 0
     # Reanalyse (docs/REANALYSE.md): the learner's worker thread re-runs the search on
     # stored positions with the served weights and writes their policy target and root
     # value back; this fraction of every training batch is drawn from positions it
@@ -290,6 +296,10 @@ class TargetConfig:
 
     def __post_init__(self):
         check_bool(self, "reanalyse_values")
+        check_int(self, "value_target_update_steps", 0, 10**9)
+        if self.value_target_update_steps and not self.reanalyse_values:
+            _fail("TargetConfig", "value_target_update_steps", self.value_target_update_steps,
+                  "needs reanalyse_values=true (without it the targets use the stored root values)")
         check_bool(self, "reanalyse_root_noise")
         check_bool(self, "reanalyse_whole_unroll")
         check_float(self, "reanalyse_fraction", 0.0, 1.0)

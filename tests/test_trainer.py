@@ -39,6 +39,37 @@ def test_reanalysed_bootstrap_uses_the_trained_networks_value():
             assert batch["target_value"][row, 0] == pytest.approx(values[5], abs=1e-5)
 
 
+def test_bootstrap_values_come_from_a_target_network_refreshed_every_n_steps():
+    # N = 3: the first call (step 0) copies the trained weights; moving the trained weights
+    # at step 1 and 2 leaves the bootstraps on the step-0 values, which the network gave
+    # directly before the move; step 3 refreshes the target to the moved weights.
+    import tensorflow as tf
+    targets = TargetConfig(num_unroll_steps=0, td_steps=2, discount=0.5, stack_frames=1,
+                           reanalyse_values=True, value_target_update_steps=3)
+    config = MuZeroConfig(search=SearchConfig(discount=0.5), targets=targets, network=NetworkConfig(
+        value_support=SupportConfig(-10.0, 10.0, 21, True), reward_support=SupportConfig(-2.0, 2.0, 5, True),
+        mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8))
+    trainer = Trainer(VECTOR, config, seed=3)
+    obs = np.repeat(np.arange(6, dtype=np.float32)[:, None] / 10.0, 4, axis=1) - 0.2
+    index = np.arange(6, dtype=np.int64)
+    before = trainer.network.initial_inference(obs)["value"].numpy()
+    np.testing.assert_allclose(trainer.bootstrap_values(obs, index), before, rtol=1e-6)
+    for v in trainer.network.prediction.trainable_variables:
+        v.assign(v + tf.random.stateless_normal(v.shape, seed=[1, 2]) * 0.5)
+    after = trainer.network.initial_inference(obs)["value"].numpy()
+    assert np.abs(after - before).max() > 0.05   # the move changes the values
+    for step in (1, 2):
+        trainer.step.assign(step)
+        np.testing.assert_allclose(trainer.bootstrap_values(obs, index), before, rtol=1e-6)
+    trainer.step.assign(3)
+    np.testing.assert_allclose(trainer.bootstrap_values(obs, index), after, rtol=1e-6)
+
+
+def test_a_target_network_needs_reanalysed_values():
+    with pytest.raises(ConfigError, match="value_target_update_steps=5 is invalid: needs reanalyse_values=true"):
+        TargetConfig(value_target_update_steps=5)
+
+
 def test_reanalyse_values_must_be_a_bool():
     with pytest.raises(ConfigError, match="reanalyse_values"):
         TargetConfig(reanalyse_values=1)

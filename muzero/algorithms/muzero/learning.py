@@ -4,7 +4,9 @@
 answers the inference server. After a training step the trained weights are copied
 into the serving copy between two inference batches (``MuZeroService.update_weights``),
 so inference always reads one consistent set of weights, and its weights version is
-the training step they came from.
+the training step they came from. With ``targets.value_target_update_steps`` a third
+copy, the target network, gives the value bootstraps and is refreshed from the trained
+weights every that many steps (``Trainer.bootstrap_values``).
 
 With ``devices`` (``muzero.distribute.configure_devices``, ``--learner_devices=N``) the
 trained network, optimiser, step and checkpoint live under a ``MirroredStrategy`` (one
@@ -103,6 +105,12 @@ class Trainer:
                                         with_ssl_head=with_head)
         with tf.device(devices[0]) if devices else contextlib.nullcontext():
             self.serving = make_network(descriptor, config.network, stack, seed=seed)
+            # The bootstrap target network (TargetConfig.value_target_update_steps).
+            targets = config.targets
+            self._target_every = targets.value_target_update_steps if targets.reanalyse_values else 0
+            self.target = (make_network(descriptor, config.network, stack, seed=seed)
+                           if self._target_every else None)
+        self._target_round = None   # step // _target_every when the target was last refreshed
         with mirrored():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.optimizer = make_optimizer(config.training)
@@ -123,6 +131,9 @@ class Trainer:
         self._copy_weights = variable_copier(
             [v for p in PARTS for v in getattr(self.network, p).variables],
             [v for p in PARTS for v in getattr(self.serving, p).variables])
+        self._copy_target = None if self.target is None else variable_copier(
+            [v for p in PARTS for v in getattr(self.network, p).variables],
+            [v for p in PARTS for v in getattr(self.target, p).variables])
         net_cfg = config.network
         self._skip = (None if net_cfg.skip_fraction <= 0 or self.network.skip_blocks == 0 else
                       (self.network.skip_blocks, net_cfg.skip_fraction, net_cfg.skip_warmup_steps))
@@ -130,11 +141,14 @@ class Trainer:
     def copy_to_serving(self, _model=None) -> None:
         """Copies trained weights into the serving network (call between inference batches);
         mirrored weights are read in cross-replica context (all copies are equal)."""
+        self._copy(self._copy_weights)
+
+    def _copy(self, copier) -> None:
         if self.strategy:
             with self.strategy.scope():
-                self._copy_weights()
+                copier()
         else:
-            self._copy_weights()
+            copier()
 
     def n_forward(self, step: int) -> Optional[float]:
         """The layer-skipping draw of training step ``step`` (None when skipping is off)."""
@@ -158,8 +172,19 @@ class Trainer:
     def bootstrap_values(self, observation: np.ndarray, index: np.ndarray) -> np.ndarray:
         """The replay's reanalyse hook (``TargetConfig.reanalyse_values``): the trained
         network's value [M] of observations [M, *input_shape], each from the point of
-        view of the player to move there (``index`` is not needed)."""
-        return self.network.initial_inference(observation)["value"].numpy()
+        view of the player to move there (``index`` is not needed).
+
+        With ``value_target_update_steps`` N > 0 the value is the target network's: the
+        trained weights as they were when it was last refreshed, which happens on the first
+        call at or after every multiple of N training steps (and on the first call after a
+        resume, which starts it from the restored weights)."""
+        if self.target is None:
+            return self.network.initial_inference(observation)["value"].numpy()
+        due = int(self.step.numpy()) // self._target_every
+        if due != self._target_round:
+            self._copy(self._copy_target)
+            self._target_round = due
+        return self.target.initial_inference(observation)["value"].numpy()
 
     # -- checkpoints ----------------------------------------------------------------------------
 
