@@ -382,6 +382,14 @@ class NetworkConfig:
     mlp_hidden_size: int = 128
     mlp_num_layers: int = 2
     latent_size: int = 64
+    # MLP torso: the dynamics adds its torso's output to the hidden state it was given,
+    # next = normalise(hidden + torso([hidden, action])), as LightZero's MLP dynamics
+    # (res_connection_in_dynamics), instead of next = normalise(torso(...)): a step of the
+    # model starts from "nothing changes", which a few hundred updates cannot yet teach
+    # the plain torso. Same variables either way. Image and board envs (the residual conv
+    # torso) refuse it. Within the seeds' spread on CartPole's few_env_steps preset
+    # (docs/BENCHMARKS.md, nineteenth session).
+    mlp_residual_dynamics: bool = False
     # Residual conv torso (image and board observations). Small CPU-friendly
     # defaults; the paper uses 256 channels and 16 blocks.
     conv_channels: int = 64
@@ -431,6 +439,7 @@ class NetworkConfig:
         check_int(self, "conv_reduced_channels", 1)
         check_bool(self, "conv_downsample")
         check_bool(self, "jit_compile")
+        check_bool(self, "mlp_residual_dynamics")
         check_int(self, "head_hidden_size", 1)
         check_float(self, "skip_fraction", 0.0, 1.0)
         check_int(self, "skip_warmup_steps", 0)

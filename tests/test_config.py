@@ -29,6 +29,9 @@ from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfi
     (TargetConfig, {"reanalyse_values": 1}, "TargetConfig.reanalyse_values=1 is invalid: must be true or false"),
     (NetworkConfig, {"conv_downsample": "no"}, "NetworkConfig.conv_downsample='no'"),
     (NetworkConfig, {"jit_compile": None}, "NetworkConfig.jit_compile=None"),
+    (NetworkConfig, {"mlp_residual_dynamics": 1}, "NetworkConfig.mlp_residual_dynamics=1 is invalid: must be true"),
+    (TargetConfig, {"reanalyse_values": True, "value_target_update_steps": -1},
+     "TargetConfig.value_target_update_steps=-1 is invalid: must be an integer in [0, 1000000000]"),
     (TrainingConfig, {"augment_symmetries": "true"}, "TrainingConfig.augment_symmetries='true'"),
 ])
 def test_bad_values_name_field_and_range(cls, kwargs, needle):

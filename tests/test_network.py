@@ -163,3 +163,32 @@ def test_make_network_rejects_bad_descriptors():
         make_network(EnvDescriptor("x", (4,), "float32", 2, kind="graph"), TINY, 1)
     with pytest.raises(ValueError, match="stack_frames=4"):
         make_network(CARTPOLE, TINY, 4)
+
+
+def test_residual_mlp_dynamics_adds_the_torsos_output_to_the_hidden_state():
+    # With the dynamics torso's last layer zeroed its output is 0 for every input, so the
+    # residual model's next state is normalise(hidden + 0) = hidden (a normalised state is
+    # its own normalisation: min 0, max 1), while the plain model's is normalise(0) = 0.
+    # Setting that layer's bias to c = [0, 1, .., L-1] / (L-1) gives normalise(hidden + c).
+    import dataclasses
+    from muzero.config import ConfigError
+    residual = dataclasses.replace(TINY, mlp_residual_dynamics=True)
+    nets = {r: make_network(CARTPOLE, cfg, 1, seed=1) for r, cfg in ((True, residual), (False, TINY))}
+    for net in nets.values():
+        out = net.dynamics.torso.out
+        out.w.assign(tf.zeros_like(out.w))
+        out.b.assign(tf.zeros_like(out.b))
+    hidden = nets[True].initial_inference(_observation(nets[True], 3))["hidden_state"].numpy()
+    assert hidden.min(axis=1) == pytest.approx([0, 0, 0]) and hidden.max(axis=1) == pytest.approx([1, 1, 1])
+    actions = np.array([0, 1, 1], np.int32)
+    np.testing.assert_allclose(nets[True].recurrent_inference(hidden, actions)["hidden_state"], hidden, atol=1e-6)
+    np.testing.assert_allclose(nets[False].recurrent_inference(hidden, actions)["hidden_state"], 0.0, atol=1e-6)
+    c = np.arange(8, dtype=np.float32) / 7.0
+    nets[True].dynamics.torso.out.b.assign(c)
+    moved = hidden + c
+    expected = (moved - moved.min(axis=1, keepdims=True)) / (moved.max(axis=1, keepdims=True)
+                                                            - moved.min(axis=1, keepdims=True))
+    np.testing.assert_allclose(nets[True].recurrent_inference(hidden, actions)["hidden_state"], expected,
+                               atol=1e-5)
+    with pytest.raises(ConfigError, match="mlp_residual_dynamics=true is invalid for image and board envs"):
+        make_network(TICTACTOE, residual, 1)

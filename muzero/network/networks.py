@@ -122,6 +122,7 @@ class MLPDynamics(tf.Module):
     def __init__(self, num_actions: int, config: NetworkConfig, rng: np.random.Generator):
         super().__init__(name="dynamics")
         self.num_actions = num_actions
+        self.residual = config.mlp_residual_dynamics
         latent = config.latent_size
         with self.name_scope:
             self.torso = layers.MLP(latent + num_actions,
@@ -133,7 +134,8 @@ class MLPDynamics(tf.Module):
 
     def __call__(self, hidden: tf.Tensor, action: tf.Tensor):
         x = tf.concat([hidden, tf.one_hot(action, self.num_actions)], axis=-1)
-        next_hidden = layers.min_max_normalise(self.torso(x))
+        change = self.torso(x)
+        next_hidden = layers.min_max_normalise(hidden + change if self.residual else change)
         return next_hidden, self.reward_head(next_hidden)
 
 
@@ -441,6 +443,10 @@ def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames:
         raise ValueError(f"descriptor.num_actions={descriptor.num_actions} must be >= 1")
     rng = np.random.default_rng(seed)
     kind = descriptor.kind
+    if config.mlp_residual_dynamics and kind != "vector":
+        raise ConfigError("NetworkConfig.mlp_residual_dynamics=true is invalid for image and board envs: it "
+                          "shapes the MLP torso of vector envs (the conv torso has its own residual "
+                          "blocks); set it to false")
     if config.skip_fraction > 0 and kind == "vector":
         raise ConfigError(f"NetworkConfig.skip_fraction={config.skip_fraction} is invalid for vector envs: "
                           "layer skipping needs the residual conv torso (image and board envs); set it to 0")
