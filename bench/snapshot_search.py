@@ -17,7 +17,6 @@ the search or by the model (docs/BENCHMARKS.md, nineteenth session).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -28,28 +27,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_variants(text: str, base) -> list:
-    """'a=1+b=2,c=3' -> [(name, SearchConfig)], each field typed as the base's."""
+    """'a=1+b=2,c=3' -> [(name, SearchConfig)]: ``base`` with each variant's fields replaced,
+    checked as ``python -m muzero.eval --set`` checks them."""
+    from muzero.eval.evaluator import override_search
     out = []
     for variant in filter(None, text.split(",")):
-        changes = {}
-        for item in variant.split("+"):
-            field, sep, value = item.partition("=")
-            if not sep or not hasattr(base, field):
-                raise SystemExit(f"--variants: {item!r} is not search_field=value (fields: "
-                                 f"{', '.join(f.name for f in dataclasses.fields(base))})")
-            kind = type(getattr(base, field))
-            changes[field] = (value.lower() == "true") if kind is bool else kind(value)
-        out.append((variant, dataclasses.replace(base, **changes)))
+        try:
+            out.append((variant, override_search(base, items=[f"search.{item}" for item in variant.split("+")])))
+        except ValueError as err:   # ConfigError is a ValueError
+            raise SystemExit(f"--variants: {variant!r}: {err}")
     return out
 
 
-def play_without_tree(export_dir: str, mode: str, episodes: int, seed: int, discount: float) -> float:
+def play_without_tree(export_dir: str, run: dict, mode: str, episodes: int, seed: int, discount: float) -> float:
     """Mean return of ``episodes`` episodes played by the export's policy head ("prior") or a
-    one-step lookahead on its model ("lookahead"), envs seeded as muzero.eval seeds them."""
+    one-step lookahead on its model ("lookahead"), envs seeded as muzero.eval seeds them;
+    ``run`` is the export's run.json."""
     import tensorflow as tf
     import envs
-    from muzero.eval.evaluator import load_run, load_saved_model
-    run = load_run(export_dir) or {}
+    from muzero.eval.evaluator import load_saved_model
     descriptor = envs.describe(run["env"], **run.get("env_options", {}))
     if descriptor.is_image or descriptor.two_player:
         raise SystemExit("--no_tree plays one-player vector envs only")
@@ -95,8 +91,10 @@ def main(argv=None) -> None:
             exports.append((int(run["env_steps"]), int(run["training_step"]), os.path.join(root, name), run))
     if not exports:
         parser.error(f"no export under {root} records its env steps and search settings")
+    exports.sort()
+    parse_variants(args.variants, search_config_from_run(exports[0][3]))   # bad variants fail before any play
     results: dict = {}
-    for env_steps, training_step, path, run in sorted(exports):
+    for env_steps, training_step, path, run in exports:
         base = search_config_from_run(run)
         row = {"run": evaluate(path, episodes=args.episodes, num_envs=min(args.episodes, 10),
                                seed=args.seed)["mean_return"]}
@@ -105,7 +103,7 @@ def main(argv=None) -> None:
                                  search_config=config)["mean_return"]
         if args.no_tree:
             for mode in ("prior", "lookahead"):
-                row[mode] = play_without_tree(path, mode, args.episodes, args.seed, base.discount)
+                row[mode] = play_without_tree(path, run, mode, args.episodes, args.seed, base.discount)
         for name, value in row.items():
             results.setdefault(name, []).append(value)
         print(f"env_steps {env_steps} (training step {training_step}): "
