@@ -490,9 +490,18 @@ class TrainingConfig:
     # observations in every batch (the replay gathers them only when this is > 0) and
     # builds the network's pretrain_head (NetworkConfig.projection_*). 0 turns it off.
     consistency_loss_weight: float = 0.0
+    # d > 0: the actors, evaluators, the reanalyse worker and exports play an exponential
+    # moving average of the trained weights (Polyak averaging) instead of the weights
+    # themselves: after training step t, average <- d' average + (1 - d') trained with
+    # d' = min(d, (1 + t) / (10 + t)), so the first steps are followed closely. The
+    # losses and value bootstraps use the trained weights. Checkpoints keep the average;
+    # a resume from a checkpoint without one starts it from the trained weights.
+    # 0: they play the trained weights (as before).
+    serving_ema_decay: float = 0.0
 
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
+        check_float(self, "serving_ema_decay", 0.0, 1.0, hi_open=True)
         check_float(self, "consistency_loss_weight", 0.0, 1e6)
         check_bool(self, "augment_symmetries")
         check_bool(self, "jit_compile")

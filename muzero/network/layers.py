@@ -169,3 +169,25 @@ def variable_copier(sources, targets):
         for target, source in zip(targets, sources):
             target.assign(source)
     return copy
+
+
+def variable_averager(sources, averages, decay: float):
+    """A ``tf.function`` ``update(step)`` that moves every variable of ``averages`` towards
+    the matching one of ``sources`` in one graph call: average <- d average + (1 - d) source
+    with d = min(decay, (1 + step) / (10 + step)), so that the average follows the first
+    updates closely instead of staying near its starting weights (the ``num_updates``
+    warm-up of ``tf.train.ExponentialMovingAverage``). ``step`` counts updates from 0.
+    Raises RuntimeError when the two structures differ."""
+    sources, averages = list(sources), list(averages)
+    if [v.shape for v in sources] != [v.shape for v in averages]:
+        raise RuntimeError("trained and averaged networks differ in structure")
+    if not 0.0 < decay < 1.0:
+        raise ValueError(f"decay {decay} must be in (0, 1)")
+
+    @tf.function
+    def update(step):
+        step = tf.cast(step, tf.float32)
+        d = tf.minimum(tf.constant(decay, tf.float32), (1.0 + step) / (10.0 + step))
+        for average, source in zip(averages, sources):
+            average.assign(d * average + (1.0 - d) * tf.cast(source, average.dtype))
+    return update

@@ -30,8 +30,14 @@ number on every replica). The consistency loss (``TrainingConfig.consistency_los
 > 0``) builds the trained network with its ``pretrain_head``, trained with the rest and
 never copied to the serving network, which has none.
 
+With ``training.serving_ema_decay`` > 0 a fourth copy, ``average``, holds an exponential
+moving average of the trained weights, updated after every training step; it is what the
+serving copy receives and what exports hold (``Trainer.served_network``), while the losses
+and value bootstraps keep using the trained weights.
+
 A checkpoint directory holds ``model`` (``tf.train.Checkpoint`` of network, optimiser
-and step), ``replay`` (a replay snapshot) and ``learner.json`` (RNG state).
+and step), ``replay`` (a replay snapshot), ``learner.json`` (RNG state) and, with the
+average on, ``average`` (its own ``tf.train.Checkpoint``).
 """
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
 from muzero.distribute import configure_devices, host_seed, make_strategy
 from muzero.network import export_saved_model, make_network, make_train_step
 from muzero.network.loss import make_distributed_train_step
-from muzero.network.layers import variable_copier
+from muzero.network.layers import variable_averager, variable_copier
 from muzero.network.networks import PARTS, draw_n_forward
 from muzero.replay import Replay, ReplayClosedError
 from muzero.replay.augment import augment_board_batch
@@ -110,6 +116,9 @@ class Trainer:
             self._target_every = targets.value_target_update_steps if targets.reanalyse_values else 0
             self.target = (make_network(descriptor, config.network, stack, seed=seed)
                            if self._target_every else None)
+            # The served average of the trained weights (TrainingConfig.serving_ema_decay).
+            decay = config.training.serving_ema_decay
+            self.average = make_network(descriptor, config.network, stack, seed=seed) if decay > 0 else None
         self._target_round = None   # step // _target_every when the target was last refreshed
         with mirrored():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -128,20 +137,44 @@ class Trainer:
                 self._train_step = make_train_step(self.network, self.optimizer, config.training, variables)
             self.checkpoint = tf.train.Checkpoint(network=self.network, optimizer=self.optimizer, step=self.step)
         # Only the parts inference uses (the serving copy has no pretrain_head).
-        self._copy_weights = variable_copier(
-            [v for p in PARTS for v in getattr(self.network, p).variables],
-            [v for p in PARTS for v in getattr(self.serving, p).variables])
+        def inference_variables(network):
+            return [v for p in PARTS for v in getattr(network, p).variables]
+        self._copy_weights = variable_copier(inference_variables(self.served_network),
+                                             inference_variables(self.serving))
         self._copy_target = None if self.target is None else variable_copier(
-            [v for p in PARTS for v in getattr(self.network, p).variables],
-            [v for p in PARTS for v in getattr(self.target, p).variables])
+            inference_variables(self.network), inference_variables(self.target))
+        if self.average is None:
+            self._reset_average = self._update_average = None
+        else:
+            self._reset_average = variable_copier(inference_variables(self.network),
+                                                  inference_variables(self.average))
+            self._update_average = variable_averager(inference_variables(self.network),
+                                                     inference_variables(self.average), decay)
+            # Saved beside the model (MuZeroLearner.save), so that turning the average on or
+            # off between resumes leaves the model checkpoint loadable.
+            self.average_checkpoint = tf.train.Checkpoint(average=self.average)
+            self.reset_average()
         net_cfg = config.network
         self._skip = (None if net_cfg.skip_fraction <= 0 or self.network.skip_blocks == 0 else
                       (self.network.skip_blocks, net_cfg.skip_fraction, net_cfg.skip_warmup_steps))
 
+    @property
+    def served_network(self):
+        """The network whose weights inference and exports use: the average of the trained
+        weights with ``serving_ema_decay`` > 0, else the trained network."""
+        return self.average if self.average is not None else self.network
+
     def copy_to_serving(self, _model=None) -> None:
-        """Copies trained weights into the serving network (call between inference batches);
-        mirrored weights are read in cross-replica context (all copies are equal)."""
+        """Copies the served weights (``served_network``) into the serving network (call
+        between inference batches); mirrored weights are read in cross-replica context (all
+        copies are equal)."""
         self._copy(self._copy_weights)
+
+    def reset_average(self) -> None:
+        """Starts the served average afresh from the trained weights (after they were
+        loaded from elsewhere); nothing without ``serving_ema_decay``."""
+        if self._reset_average is not None:
+            self._copy(self._reset_average)
 
     def _copy(self, copier) -> None:
         if self.strategy:
@@ -164,6 +197,8 @@ class Trainer:
             total, metrics, priorities = self._train_step(inputs)
         else:
             total, metrics, priorities = self._train_step(inputs, tf.constant(n_forward, tf.float32))
+        if self._update_average is not None:   # the average after this step (step counts from 0)
+            self._copy(lambda: self._update_average(self.step))
         self.step.assign_add(1)
         out = {k: float(v) for k, v in metrics.items()}
         out["loss/total"] = float(total)
@@ -318,6 +353,8 @@ class MuZeroLearner(core.Learner):
 
     def save(self, directory: str) -> None:
         self.trainer.checkpoint.write(os.path.join(directory, "model"))
+        if getattr(self.trainer, "average", None) is not None:   # PretrainLearner shares save
+            self.trainer.average_checkpoint.write(os.path.join(directory, "average"))
         self.replay.snapshot(os.path.join(directory, "replay"))
         with open(os.path.join(directory, "learner.json"), "w") as f:
             json.dump({"rng": rng_state(self.rng), "segments": self.segments}, f)
@@ -325,6 +362,12 @@ class MuZeroLearner(core.Learner):
     def restore(self, directory: str) -> None:
         self.trainer.check_resumable(os.path.join(directory, "model"))
         self.trainer.checkpoint.read(os.path.join(directory, "model")).assert_existing_objects_matched()
+        if self.trainer.average is not None:
+            average = os.path.join(directory, "average")
+            if tf.io.gfile.exists(average + ".index"):
+                self.trainer.average_checkpoint.read(average).assert_existing_objects_matched()
+            else:   # saved without serving_ema_decay: the average starts from the trained weights
+                self.trainer.reset_average()
         self.trainer.copy_to_serving()
         self.replay.load(os.path.join(directory, "replay"))
         path = os.path.join(directory, "learner.json")
@@ -339,11 +382,13 @@ class MuZeroLearner(core.Learner):
         variables were restored, skipped and left new (the run loop prints it)."""
         from muzero.algorithms.muzero.pretraining import init_network_from
         self.init_summary = init_network_from(self.trainer, path)
+        self.trainer.reset_average()
+        self.trainer.copy_to_serving()
         return self.init_summary.source
 
     def export(self, directory: str) -> None:
         from muzero.eval.evaluator import write_run
-        export_saved_model(self.trainer.network, directory)
+        export_saved_model(self.trainer.served_network, directory)
         write_run(directory, self.settings.env, dict(self.settings.env_options), self.config.search,
                   self.config.targets.stack_frames if self.descriptor.is_image else 1)
 
