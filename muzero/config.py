@@ -112,7 +112,6 @@ class SectionedConfig:
 
 ROOT_SELECTIONS = ("puct", "gumbel")
 GUMBEL_Q_RANGES = ("node", "tree")
-UNVISITED_VALUES = ("zero", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,14 +138,6 @@ class SearchConfig:
     known_bounds: Optional[tuple[float, float]] = None
     # Deepest node a simulation may create (root is depth 0); 0 means unlimited.
     max_depth: int = 0
-    # pUCT's value score of an action not yet visited: "zero" (the MuZero pseudocode: 0, the
-    # bottom of the normalised range) or "mean" (EfficientZero and LightZero: the node's
-    # mean Q, normalised and clipped to [0, 1]; the mean of its children's Q plus, below
-    # the root, the parent's mean Q as one more term). With "zero" a node whose visited
-    # children all have good Q values sends simulations deeper under them before it tries
-    # a sibling; "mean" makes the tree wider and shallower. docs/SEARCH.md. Gumbel's
-    # selection completes unvisited Q values its own way and ignores this.
-    unvisited_value: str = "zero"
     # Two-player zero-sum games: values alternate sign between plies.
     two_player: bool = False
     # Visit-count temperature for acting; 0 picks the most visited action.
@@ -197,9 +188,6 @@ class SearchConfig:
         if self.gumbel_q_range not in GUMBEL_Q_RANGES:
             _fail("SearchConfig", "gumbel_q_range", self.gumbel_q_range,
                   f"must be one of {', '.join(GUMBEL_Q_RANGES)}")
-        if self.unvisited_value not in UNVISITED_VALUES:
-            _fail("SearchConfig", "unvisited_value", self.unvisited_value,
-                  f"must be one of {', '.join(UNVISITED_VALUES)}")
         if self.root_selection not in ROOT_SELECTIONS:
             _fail("SearchConfig", "root_selection", self.root_selection,
                   f"must be one of {', '.join(ROOT_SELECTIONS)}")

@@ -73,10 +73,9 @@ class PathNetwork:
 CASES = list(itertools.product([1, 7], [2, 9, 18], [1, 10, 50], [False, True], [False, True]))
 
 
-def _config_for(index, num_simulations, two_player, unvisited_value="zero"):
+def _config_for(index, num_simulations, two_player):
     """Spreads the other settings over the cases so that each combination is exercised."""
     return SearchConfig(
-        unvisited_value=unvisited_value,
         num_simulations=num_simulations,
         parent_visit_offset=index % 2,
         discount=(0.997, 1.0, 0.9)[index % 3],
@@ -89,13 +88,12 @@ def _config_for(index, num_simulations, two_player, unvisited_value="zero"):
     )
 
 
-@pytest.mark.parametrize("unvisited_value", ["zero", "mean"])
 @pytest.mark.parametrize("index", range(len(CASES)),
                          ids=[f"B{b}-A{a}-S{s}-{'2p' if p else '1p'}-{'mask' if m else 'nomask'}"
                               for b, a, s, p, m in CASES])
-def test_kernel_matches_reference(index, unvisited_value):
+def test_kernel_matches_reference(index):
     batch, num_actions, num_simulations, two_player, use_masks = CASES[index]
-    config = _config_for(index, num_simulations, two_player, unvisited_value)
+    config = _config_for(index, num_simulations, two_player)
     rng = np.random.default_rng(1000 + index)
     net = PathNetwork(index, batch, num_actions, use_masks)
     value, logits, mask = net.root(rng)
@@ -222,82 +220,3 @@ def test_equal_returns_added_in_another_order_tie_to_the_lowest_id():
     assert result.tree.children_q[0, 0, :2].tolist() == [exact, exact]
     assert [ref6["root"].children[a].value() * d for a in (0, 1)] == [exact, exact]
     assert result.tree.node_value_sum[0, 1] == result.tree.node_value_sum[0, 2] == math.fsum([v, g1, g2])
-
-
-class FirstChildPaysNetwork:
-    """Three actions with equal logits everywhere; the node reached by root action 0 has
-    reward 1 and value 1, every other node reward 0 and value 0."""
-
-    def __init__(self):
-        self.paths, self.trace = {0: ()}, []
-
-    def one(self, parent, action, new):
-        path = self.paths[parent] + (action,)
-        self.paths[new] = path
-        self.trace.append((parent, action, new))
-        pays = np.float32(1.0 if path == (0,) else 0.0)
-        return pays, pays, np.zeros(3, np.float32), None
-
-    def __call__(self, parent, action, new):
-        reward, value, logits, _ = self.one(int(parent[0]), int(action[0]), int(new[0]))
-        return np.array([reward]), np.array([value]), logits[None]
-
-
-@pytest.mark.parametrize("unvisited_value, expected", [
-    # Simulation 0: the root has no visits (E = 0), so action 0 (lowest id): node 1, Q = 1 + 1
-    # = 2; the root backs up 2 as well, so every Q in the tree is 2 and scores use raw Q.
-    # Simulation 1 at the root: E = c(1) * sqrt(1) = 1.25 + log(19654 / 19652) = 1.2501,
-    # priors 1/3. Action 0: E * (1/3) / 2 + 2 = 2.2083. Unvisited actions, "zero": E / 3 + 0 =
-    # 0.4167, so the search goes down action 0 again (to node 1's action 0, new node 2);
-    # "mean": E / 3 + mean Q (2, the only child's) = 2.4167, so it opens action 1.
-    # Simulation 2 ("mean"): the tree's Q range is now [0, 2] (action 1: 0 + 0). E = c(2) *
-    # sqrt(2) = 1.7680: action 0 scores E / 6 + (2 - 0) / 2 = 1.2947, action 1 E / 6 + 0 =
-    # 0.2947, action 2 E / 3 + normalised mean ((2 + 0) / 2 = 1, i.e. 0.5) = 1.0893: action 0,
-    # then node 1, which has no visited child, takes its action 0 (new node 3).
-    # Simulation 2 ("zero"): node 2 has Q 0, node 1 now Q 1 + (1 + 0) / 2 = 1.5, range [0, 2].
-    # Root: action 0 scores E / 9 + 0.75 = 0.9464 against E / 3 = 0.5893 for the unvisited:
-    # node 1 (E = 1.7680 there too), whose action 0 scores E / 6 + 0 = 0.2947 and its
-    # unvisited action 1 E / 3 = 0.5893: new node 3 under node 1 by action 1.
-    ("zero", [(0, 0, 1), (1, 0, 2), (1, 1, 3)]),
-    ("mean", [(0, 0, 1), (0, 1, 2), (1, 0, 3)]),
-])
-def test_unvisited_value_worked_example(unvisited_value, expected):
-    config = SearchConfig(num_simulations=3, discount=1.0, unvisited_value=unvisited_value)
-    root = RootOutputs(np.zeros(1, np.float32), np.zeros((1, 3), np.float32))
-    net = FirstChildPaysNetwork()
-    search(root, net, config, np.random.default_rng(0), add_noise=False)
-    assert net.trace == expected
-    assert run_mcts(config, 0.0, [0.0] * 3, None, 0, FirstChildPaysNetwork().one, None)["trace"] == expected
-
-
-def test_mean_q_worked_example():
-    # A node whose visited children have Q 2 (reward 1, value 1) and -1 (reward 0, value -1;
-    # discount 1), and one unvisited child. At the root: (2 - 1) / 2 = 0.5. Below the root,
-    # with the parent's mean 3 as one more term: (3 + 2 - 1) / 3 = 4/3; with no visited child
-    # the parent's mean alone. Normalised over a tree range [-1, 3]: (4/3 + 1) / 4 = 7/12;
-    # a mean below the range is clipped to 0, and before the tree has a range the raw mean is
-    # used.
-    from muzero.mcts.reference import MinMaxStats, Node, mean_q, unvisited_score
-    config = SearchConfig(discount=1.0, unvisited_value="mean")
-    node = Node(1.0, 1)
-    for action, (reward, value, first_id) in enumerate([(1.0, 1.0, 5), (0.0, -1.0, 3)]):
-        child = node.children[action] = Node(0.5, 2)
-        child.reward, child.first_id = reward, first_id
-        child.add_return(value)
-        child.visit_count = 1
-    node.children[2] = Node(0.0, 2)
-    assert mean_q(config, node, 3.0, is_root=True) == 0.5
-    assert mean_q(config, node, 3.0, is_root=False) == pytest.approx(4.0 / 3.0)
-    assert mean_q(config, Node(1.0, 1), 3.0, is_root=False) == 3.0
-    stats = MinMaxStats(None)
-    assert unvisited_score(config, 4.0 / 3.0, stats) == 4.0 / 3.0       # no range yet: raw
-    stats.update(-1.0)
-    stats.update(3.0)
-    assert unvisited_score(config, 4.0 / 3.0, stats) == pytest.approx(7.0 / 12.0)
-    assert unvisited_score(config, -2.0, stats) == 0.0
-
-
-def test_unvisited_value_is_checked():
-    from muzero.config import ConfigError
-    with pytest.raises(ConfigError, match="unvisited_value"):
-        SearchConfig(unvisited_value="parent")

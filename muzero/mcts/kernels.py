@@ -436,23 +436,18 @@ def _attach_backup_range(first, stop, sim, parents, actions, reward, value, node
 
 @njit(cache=True)
 def _select_range(first, stop, sim, parents, actions, root_actions, has_root_actions,
-                  children_index, min_max, records, child_ids, max_depth, two_player,
-                  unvisited_mean):
+                  children_index, min_max, records, child_ids, max_depth):
     """Descends trees [first, stop) by pUCT to the edge that simulation ``sim`` creates.
 
     Writes ``parents[sim] [B]`` and ``actions[sim] [B]`` (int32 [S, B] arrays). At a node
     with N visits, score(a) = E * explore(a) + value_score(a), where E = table[N] =
     c(N) * sqrt(N + offset), explore is prior / (1 + n), and value_score is ``(q - min) /
     (max - min)`` for an existing (hence visited) child (the raw Q while the tree has
-    fewer than two distinct Q values, as in the pseudocode) and, for an unvisited action,
-    0, or with ``unvisited_mean`` the node's mean Q m normalised the same way and clipped
-    to [0, 1] (EfficientZero's rule): m is the mean of the Q of the node's children in
-    the order they were created, with the parent's m (negated across a change of player)
-    counted as one more term except at the root, whose m is 0 before it has children.
-    The highest score wins; ties go to the lowest action id. Only the existing children
-    and the best unvisited action are scored: every unvisited action of a node gets the
-    same value score, so any other scores no more than the best unvisited one and loses
-    a tie to it (the lowest id among the largest priors). With E = 0 (a root before its first visit, offset 0) every legal score is 0
+    fewer than two distinct Q values, as in the pseudocode) and 0 otherwise. The highest
+    score wins; ties go to the lowest action id. Only the existing children and the best
+    unvisited action are scored: any other unvisited action scores E * prior, no more
+    than the best unvisited one, and loses a tie to it (the lowest id among the largest
+    priors). With E = 0 (a root before its first visit, offset 0) every legal score is 0
     and the lowest legal action wins. The descent stops at an edge without a child, or
     at an edge whose child sits at ``max_depth`` (> 0): that child is then evaluated
     again as a new node that keeps its statistics. ``root_actions[b]`` replaces the
@@ -461,31 +456,15 @@ def _select_range(first, stop, sim, parents, actions, root_actions, has_root_act
     for b in range(first, stop):
         low = min_max[b, 0]
         high = min_max[b, 1]
-        has_span = high > low
-        if has_span:
+        if high > low:
             inv_span = 1.0 / (high - low)
         else:
             low = 0.0
             inv_span = 1.0
         node = 0
         depth = 0
-        parent_q = 0.0        # the parent's mean Q, in the view of the player at ``node``
-        unvisited_score = 0.0
         while True:
             child = -1
-            if unvisited_mean:
-                num_children = child_ids[b, node, _NUM_CHILDREN]
-                total = 0.0
-                for k in range(num_children):
-                    total += records[b, child_ids[b, node, _CHILDREN + k], _Q]
-                if node == 0 and num_children > 0:
-                    mean_q = total / num_children
-                else:
-                    mean_q = (parent_q + total) / (num_children + 1)
-                unvisited_score = (mean_q - low) * inv_span
-                if has_span:
-                    unvisited_score = min(max(unvisited_score, 0.0), 1.0)
-                parent_q = -mean_q if two_player else mean_q
             if node == 0 and has_root_actions:
                 action = root_actions[b]
                 child = children_index[b, 0, action]
@@ -496,7 +475,7 @@ def _select_range(first, stop, sim, parents, actions, root_actions, has_root_act
                     best = -_INF
                     unvisited = child_ids[b, node, _UNVISITED_ACTION]
                     if unvisited >= 0:
-                        best = exploration * records[b, node, _UNVISITED_PRIOR] + unvisited_score
+                        best = exploration * records[b, node, _UNVISITED_PRIOR]
                         action = unvisited
                     for k in range(child_ids[b, node, _NUM_CHILDREN]):
                         c = child_ids[b, node, _CHILDREN + k]
@@ -583,7 +562,7 @@ def step_serial(node_reward, node_raw_value, node_parent, node_action, children_
                 children_prior, min_max, records, child_ids,
                 sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                 root_actions, has_root_actions, exploration_table, discount, two_player,
-                max_depth, unvisited_mean):
+                max_depth):
     """One simulation's tree work for all B trees, one phase after another.
 
     Takes the Tree fields the steps touch, then :func:`allocate_records`; parents and
@@ -593,8 +572,7 @@ def step_serial(node_reward, node_raw_value, node_parent, node_action, children_
     ``do_select``, writes simulation sim + 1's edges into row sim + 1. ``sim < 0`` only
     selects, for simulation ``-1 - sim`` (the first one, or after a root hook).
     ``root_actions [B]`` int32 forces the root's choice when ``has_root_actions``;
-    exploration_table is :func:`puct_tables`; ``unvisited_mean`` (bool) scores unvisited
-    actions by the node's mean Q instead of 0 (:func:`_select_range`). Returns the number of trees whose outputs
+    exploration_table is :func:`puct_tables`. Returns the number of trees whose outputs
     were not finite. (Few arguments on purpose: each costs about 65 ns per call.)
     """
     batch = node_parent.shape[0]
@@ -610,8 +588,7 @@ def step_serial(node_reward, node_raw_value, node_parent, node_action, children_
             child_ids, exploration_table, discount, two_player)
     if do_select:
         _select_range(0, batch, next_sim, parents, actions, root_actions, has_root_actions,
-                      children_index, min_max, records, child_ids, max_depth, two_player,
-                      unvisited_mean)
+                      children_index, min_max, records, child_ids, max_depth)
     return num_bad
 
 
@@ -620,7 +597,7 @@ def step_parallel(node_reward, node_raw_value, node_parent, node_action, childre
                   children_prior, min_max, records, child_ids,
                   sim, parents, actions, reward, value, logits, mask, has_mask, do_select,
                   root_actions, has_root_actions, exploration_table, discount, two_player,
-                  max_depth, unvisited_mean, num_chunks):
+                  max_depth, num_chunks):
     """:func:`step_serial` with ``num_chunks`` chunks of trees spread over Numba's threads.
 
     A few chunks per thread let uneven trees balance out (the driver passes 4 per thread).
@@ -644,7 +621,7 @@ def step_parallel(node_reward, node_raw_value, node_parent, node_action, childre
         if do_select:
             _select_range(first, stop, next_sim, parents, actions, root_actions,
                           has_root_actions, children_index, min_max, records, child_ids,
-                          max_depth, two_player, unvisited_mean)
+                          max_depth)
         num_bad += bad
     return num_bad
 

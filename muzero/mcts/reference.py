@@ -15,8 +15,7 @@ is marked ``# deviation:`` and listed in docs/SEARCH.md:
   gives the highest);
 - the softmax subtracts the largest legal logit before ``exp``;
 - an interior node whose legal mask allows nothing treats every action as legal;
-- the parent-visit offset (SEED), a depth cut-off and EfficientZero's value score for
-  unvisited actions (the node's mean Q, ``unvisited_value="mean"``) are options;
+- the parent-visit offset (SEED) and a depth cut-off are options;
 - floating-point work that decides ties is done in the kernels' order (see "Ties" in
   docs/SEARCH.md): value sums are a running sum plus the TwoSum rounding errors of its
   additions (the exact sum of the returns, rounded once: independent of the order the
@@ -98,8 +97,7 @@ def _q(parent: Node, child: Node, discount: float) -> float:
     return child.reward + discount * (_sign(parent, child) * child.value())
 
 
-def ucb_score(config, parent: Node, child: Node, min_max_stats: MinMaxStats,
-              unvisited_score: float = 0.0) -> float:
+def ucb_score(config, parent: Node, child: Node, min_max_stats: MinMaxStats) -> float:
     pb_c = math.log((parent.visit_count + config.pb_c_base + 1) / config.pb_c_base) + config.pb_c_init
     # deviation (option): SEED adds parent_visit_offset = 1; the paper uses 0.
     pb_c *= math.sqrt(parent.visit_count + config.parent_visit_offset)
@@ -109,41 +107,18 @@ def ucb_score(config, parent: Node, child: Node, min_max_stats: MinMaxStats,
     if child.visit_count > 0:
         value_score = min_max_stats.normalize(_q(parent, child, config.discount))
     else:
-        value_score = unvisited_score   # deviation (option): 0 in the pseudocode
+        value_score = 0
     return prior_score + value_score
 
 
-def mean_q(config, node: Node, parent_q: float, is_root: bool) -> float:
-    """deviation (option, EfficientZero's ctree): the node's mean Q, the value score of its
-    unvisited actions with ``unvisited_value="mean"``: the mean of its visited children's Q
-    (summed in the order their nodes were first created, as the kernels), with the
-    parent's mean ``parent_q`` (in this node's player's view) as one more term below the
-    root or while the root has no visited child."""
-    visited = sorted((c for c in node.children.values() if c.visit_count > 0), key=lambda c: c.first_id)
-    total = 0.0
-    for child in visited:
-        total += _q(node, child, config.discount)
-    if is_root and visited:
-        return total / len(visited)
-    return (parent_q + total) / (len(visited) + 1)
-
-
-def select_child(config, node: Node, min_max_stats: MinMaxStats, unvisited_score: float = 0.0):
+def select_child(config, node: Node, min_max_stats: MinMaxStats):
     best = None
     for action in sorted(node.children):
         child = node.children[action]
-        score = ucb_score(config, node, child, min_max_stats, unvisited_score)
+        score = ucb_score(config, node, child, min_max_stats)
         if best is None or score > best[0]:   # deviation: ties keep the lowest action id
             best = (score, action, child)
     return best[1], best[2]
-
-
-def unvisited_score(config, mean: float, min_max_stats: MinMaxStats) -> float:
-    """The normalised mean Q, clipped to [0, 1] once the tree has a range."""
-    score = min_max_stats.normalize(mean)
-    if min_max_stats.maximum > min_max_stats.minimum:
-        score = min(max(score, 0.0), 1.0)
-    return score
 
 
 def expand_node(node: Node, to_play: int, reward: float, policy_logits: Sequence[float],
@@ -204,14 +179,8 @@ def run_mcts(config, root_value: float, root_logits: Sequence[float],
     for sim in range(config.num_simulations):
         node = root
         search_path = [node]
-        parent_q = 0.0
         while node.expanded() and not (config.max_depth > 0 and node.depth >= config.max_depth):
-            score = 0.0
-            if getattr(config, "unvisited_value", "zero") == "mean":
-                mean = mean_q(config, node, parent_q, node is root)
-                score = unvisited_score(config, mean, min_max_stats)
-                parent_q = -mean if config.two_player else mean
-            action, node = select_child(config, node, min_max_stats, score)
+            action, node = select_child(config, node, min_max_stats)
             search_path.append(node)
         parent = search_path[-2]
         node.node_id = sim + 1

@@ -246,8 +246,6 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     two_player = bool(config.two_player)
     params = (exploration_table, float(config.discount), two_player, int(config.max_depth))
     step_serial, step_parallel = kernels.step_serial, kernels.step_parallel
-    if not gumbel:
-        params += (config.unvisited_value == "mean",)
     if gumbel:
         table = gumbel_schedule.considered_visit_table(int(config.max_num_considered_actions), num_simulations)
         num_considered = np.minimum(legal.sum(axis=1), config.max_num_considered_actions).astype(np.int32)
