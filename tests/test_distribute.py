@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from e2e_helpers import ROOT
+from replay_batches import replay_batch
 
 K = 2          # unroll steps of the test batches
 BATCH = 8      # split over 2 replicas: 4 samples each
@@ -40,20 +41,7 @@ def _config(**training):
 def _batch(seed: int, size: int = BATCH) -> dict:
     """A replay-shaped batch whose episodes end at different steps, so the two halves
     hold different numbers of unmasked rewards (the masked-mean metrics must weigh them)."""
-    rng = np.random.default_rng(seed)
-    ends = rng.integers(1, K + 2, size)                               # positions < end are inside
-    mask = (np.arange(K + 1)[None, :] < ends[:, None]).astype(np.float32)
-    policy = rng.random((size, K + 1, 2)).astype(np.float32)
-    return {
-        "observation": rng.normal(size=(size, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, (size, K)).astype(np.int32),
-        "target_value": rng.uniform(-3, 3, (size, K + 1)).astype(np.float32),
-        "target_reward": rng.uniform(-1, 1, (size, K + 1)).astype(np.float32),
-        "target_policy": policy / policy.sum(-1, keepdims=True),
-        "value_mask": mask, "reward_mask": mask.copy(), "policy_mask": mask.copy(),
-        "importance_weight": rng.uniform(0.3, 1.0, size).astype(np.float32),
-        "index": np.arange(size, dtype=np.int64),
-    }
+    return replay_batch(seed, size, K)
 
 
 def _state(trainer) -> list:

@@ -9,6 +9,7 @@ import pytest
 from envs.base import EnvDescriptor
 from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, SupportConfig, TargetConfig,
                            TrainingConfig)
+from replay_batches import replay_batch
 
 K = 2
 VECTOR = EnvDescriptor("cartpole", (4,), "float32", 2)
@@ -17,20 +18,8 @@ NETWORK = NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
                         mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8)
 
 
-def _batch(seed: int, size: int = 8) -> dict:
-    rng = np.random.default_rng(seed)
-    mask = np.ones((size, K + 1), np.float32)
-    policy = rng.random((size, K + 1, 2)).astype(np.float32)
-    return {
-        "observation": rng.normal(size=(size, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, (size, K)).astype(np.int32),
-        "target_value": rng.uniform(-3, 3, (size, K + 1)).astype(np.float32),
-        "target_reward": rng.uniform(-1, 1, (size, K + 1)).astype(np.float32),
-        "target_policy": policy / policy.sum(-1, keepdims=True),
-        "value_mask": mask, "reward_mask": mask.copy(), "policy_mask": mask.copy(),
-        "importance_weight": np.ones(size, np.float32),
-        "index": np.arange(size, dtype=np.int64),
-    }
+def _batch(seed: int) -> dict:
+    return replay_batch(seed, 8, K)
 
 
 def _values(network) -> list:
