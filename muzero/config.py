@@ -259,6 +259,12 @@ class TargetConfig:
     num_unroll_steps: int = 5
     # n of the n-step value target; -1 bootstraps nothing (Monte-Carlo return).
     td_steps: int = 10
+    # Off-policy correction (EfficientZero): a sampled position's n shrinks by one for
+    # every this many env steps stored after it, down to 1, so that targets of data acted
+    # by an old policy bootstrap sooner from the current value instead of summing more
+    # of that policy's rewards: n_b = max(1, td_steps - floor(age_b / this)). 0: every
+    # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps.
+    td_shrink_every_steps: int = 0
     discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
     # Vector and board envs use 1.
@@ -308,6 +314,10 @@ class TargetConfig:
         check_int(self, "td_steps", -1, 100_000)
         if self.td_steps == 0:
             _fail("TargetConfig", "td_steps", 0, "must be -1 (Monte-Carlo) or >= 1")
+        check_int(self, "td_shrink_every_steps", 0, 10**12)
+        if self.td_shrink_every_steps and self.td_steps < 0:
+            _fail("TargetConfig", "td_shrink_every_steps", self.td_shrink_every_steps,
+                  "needs n-step targets (td_steps >= 1); Monte-Carlo targets (td_steps=-1) have no n to shrink")
         check_float(self, "discount", 0.0, 1.0, lo_open=True)
         check_int(self, "stack_frames", 1, 256)
 

@@ -33,6 +33,8 @@ from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfi
     (TargetConfig, {"reanalyse_values": True, "value_target_update_steps": -1},
      "TargetConfig.value_target_update_steps=-1 is invalid: must be an integer in [0, 1000000000]"),
     (TrainingConfig, {"augment_symmetries": "true"}, "TrainingConfig.augment_symmetries='true'"),
+    (TargetConfig, {"td_shrink_every_steps": -5}, "TargetConfig.td_shrink_every_steps=-5 is invalid"),
+    (TargetConfig, {"td_steps": -1, "td_shrink_every_steps": 100}, "Monte-Carlo targets (td_steps=-1) have no n"),
 ])
 def test_bad_values_name_field_and_range(cls, kwargs, needle):
     with pytest.raises(ConfigError) as err:

@@ -112,6 +112,36 @@ def test_open_episode_bootstraps_from_last_value_and_updates_when_it_grows():
     assert b["target_value"][rows[0], 0] == pytest.approx(7.75)
 
 
+def test_old_positions_get_shorter_n_steps():
+    # n = 3 shrinks by one per 2 env steps stored after a position (EfficientZero's
+    # off-policy correction), to at least 1; gamma = .5, K = 1; one truncated 6-step episode.
+    rep = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1),
+                 TargetConfig(num_unroll_steps=1, td_steps=3, td_shrink_every_steps=2, discount=0.5,
+                              stack_frames=1), 0)
+    rep.insert(segment(VECTOR, 7, 0, R6, V6, truncated=True))
+    b, rows = by_position(rep, 6)
+    # Steps stored after position i: 5 - i, so n_i = max(1, 3 - (5 - i) // 2) = 1, 1, 2, 2, 3, 3,
+    # and both unrolled steps of row i use n_i:
+    #   n = 1: z_t = r_t + .5 v_{t+1}: z0 = 1 + 10 = 11, z1 = 2 + 15 = 17, z2 = 3 + 20 = 23
+    #   n = 2: z2 = 3 + 2 + .25 * 50 = 17.5, z3 = 4 + 2.5 + .25 * 60 = 21.5,
+    #          z4 = r4 + .5 v5 = 35 (the truncated end: bootstrap from the last value)
+    #   n = 3: z4 = 35, z5 = v5 = 60, t = 6 masked
+    expected = {0: [11, 17], 1: [17, 23], 2: [17.5, 21.5], 3: [21.5, 35], 4: [35, 60], 5: [60, 0]}
+    for i, z in expected.items():
+        assert b["target_value"][rows[i]].tolist() == pytest.approx(z), i
+    # Without the correction position 0 would use n = 3: 1 + 1 + .75 + .125 * 40 = 7.75.
+    # Four more steps (another episode) age every position by 4: n_3 = max(1, 3 - 6 // 2) = 1,
+    # so z3 = r3 + .5 v4 = 4 + 25 = 29; the new episode's last position (age 0) keeps n = 3.
+    rep.insert(segment(VECTOR, 8, 0, [1, 1, 1, 1], [8, 8, 8, 8], terminated=True))
+    b, rows = by_position(rep, 10)
+    assert b["target_value"][rows[3], 0] == pytest.approx(29.0)
+    assert b["target_value"][rows[5], 0] == pytest.approx(60.0)
+    # Position 6 (the new episode's first, age 3): n = 2, z = 1 + .5 * 1 + .25 * v8 = 1.5 + 2 = 3.5;
+    # position 9 (age 0, n = 3): terminated after it, z = r9 = 1.
+    assert b["target_value"][rows[6], 0] == pytest.approx(3.5)
+    assert b["target_value"][rows[9], 0] == pytest.approx(1.0)
+
+
 def test_monte_carlo_return():
     rep = replay(VECTOR, k=0, td=-1, discount=0.5)
     rep.insert(segment(VECTOR, 0, 0, [1, 2, 3, 4], [9, 9, 9, 9], terminated=True))

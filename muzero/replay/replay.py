@@ -154,6 +154,17 @@ class Replay:
             raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
         self._limiter.check_batch_size(int(batch_size))
 
+    def _td_steps(self, index: np.ndarray):
+        """The n of each sampled position's value target ([B] from global indices ``index``):
+        ``td_steps`` shortened by one per ``td_shrink_every_steps`` env steps stored after the
+        position, to at least 1 (``TargetConfig.td_shrink_every_steps``); a plain int when off.
+        Call with the lock held."""
+        tc = self.target_config
+        if tc.td_shrink_every_steps <= 0:
+            return tc.td_steps
+        age = self._store.head - 1 - np.asarray(index, np.int64)     # steps stored after each
+        return np.maximum(1, tc.td_steps - age // tc.td_shrink_every_steps)
+
     def _sample_allowed(self, batch_size: int) -> bool:
         return (self._store.tree.total > 0.0
                 and self._limiter.can_sample(batch_size, self._store.num_steps))
@@ -226,8 +237,8 @@ class Replay:
                          + f * store.refreshed_tree.leaves()[slots] / store.refreshed_tree.total)
             index = store.global_index(slots)
             num_sampleable = store.num_sampleable
-            parts = build_targets(store, slots, tc.num_unroll_steps, tc.td_steps, tc.discount,
-                                  self._rng)
+            parts = build_targets(store, slots, tc.num_unroll_steps, self._td_steps(index),
+                                  tc.discount, self._rng)
             frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
             if self.next_observations:
                 next_frames, next_actions = gather_next_inputs(

@@ -15,6 +15,9 @@ grows while the episode is open), and unroll steps ``k = 0..K`` at ``t = i + k``
       (``v_{L-1}`` already accounts for ``r_{L-1}``, so that reward is not added again)
     - ``t >= L``: terminated -> 0 with value_mask 1 (absorbing); otherwise masked (0).
 
+  ``n`` may differ between samples (one n for all unrolled steps of a sample): the
+  replay shortens it for old data (``TargetConfig.td_shrink_every_steps``).
+
 * reward at ``k >= 1``: ``r_{t-1}`` (the reward after ``a_{t-1}``, mover's point of
   view, never sign-flipped), mask 1 while ``t-1 < L``; index 0 is 0 and masked. Past
   a **terminated** episode's end (``t-1 >= L``) the target is 0 with mask 1 (absorbing,
@@ -56,7 +59,9 @@ def unroll_targets(slots, slot_segment, seg_first_slot, seg_length, seg_next, se
       slots: [B] int64 slots of sampled positions.
       slot_segment: [C] int32; seg_*: [C] segment table (see ``store``).
       actions: [C] int32; rewards: [C] float32; to_play: [C] int8.
-      num_unroll_steps: K. td_steps: n, or -1 for Monte-Carlo. discount: g.
+      num_unroll_steps: K. discount: g.
+      td_steps: [B] int64, each sample's n (-1 for Monte-Carlo); every unrolled step of
+        sample b uses td_steps[b].
 
     Returns:
       unroll_actions [B, K] int32 (-1 past the stored end),
@@ -110,10 +115,11 @@ def unroll_targets(slots, slot_segment, seg_first_slot, seg_length, seg_next, se
             rr = r
             oo = o
             player = to_play[s]
+            n = td_steps[b]
             while True:
                 su = (seg_first_slot[rr] + oo) % c
                 sign = 1.0 if to_play[su] == player else -1.0
-                if j == td_steps:
+                if j == n:
                     boot_slot[b, k] = su
                     boot_coef[b, k] = disc * sign
                     break
@@ -201,12 +207,15 @@ def unroll_policy_slots(store, slots: np.ndarray, num_unroll_steps: int) -> np.n
     int64) trains on (t, t+1, .., t+K along the episode), -1 past its stored end."""
     return unroll_targets(
         slots, store.slot_segment, store.seg_first_slot, store.seg_length, store.seg_next,
-        store.seg_end, store.actions, store.rewards, store.to_play, num_unroll_steps, 1, 1.0)[7]
+        store.seg_end, store.actions, store.rewards, store.to_play, num_unroll_steps,
+        np.ones(len(slots), np.int64), 1.0)[7]
 
 
-def build_targets(store, slots: np.ndarray, num_unroll_steps: int, td_steps: int,
+def build_targets(store, slots: np.ndarray, num_unroll_steps: int, td_steps,
                   discount: float, rng: np.random.Generator) -> dict:
     """Targets for sampled slots ([B] int64), without the value bootstrap applied.
+
+    ``td_steps``: one n for every sample (an int) or [B] ints, one per sample.
 
     Returns a dict: actions [B, K] int32 (random past the end), value_partial,
     boot_slot, boot_coef [B, K+1], the three masks, target_reward [B, K+1] f32 and
@@ -216,7 +225,7 @@ def build_targets(store, slots: np.ndarray, num_unroll_steps: int, td_steps: int
      policy_slot, policy_mask) = unroll_targets(
         slots, store.slot_segment, store.seg_first_slot, store.seg_length, store.seg_next,
         store.seg_end, store.actions, store.rewards, store.to_play, num_unroll_steps,
-        td_steps, discount)
+        np.broadcast_to(np.asarray(td_steps, np.int64), slots.shape).copy(), discount)
     pad = actions < 0
     if pad.any():
         actions[pad] = rng.integers(0, store.descriptor.num_actions, size=int(pad.sum()))
