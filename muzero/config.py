@@ -263,7 +263,9 @@ class TargetConfig:
     # every this many env steps stored after it, down to 1, so that targets of data acted
     # by an old policy bootstrap sooner from the current value instead of summing more
     # of that policy's rewards: n_b = max(1, td_steps - floor(age_b / this)). 0: every
-    # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps.
+    # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. With
+    # CartPole's few_env_steps preset to 20,000 env steps, 1,000 made the cart's drift off
+    # the track rarer but not the returns higher (docs/BENCHMARKS.md, twenty-first session).
     td_shrink_every_steps: int = 0
     discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
