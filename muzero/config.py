@@ -265,7 +265,8 @@ class TargetConfig:
     # of that policy's rewards: n_b = max(1, td_steps - floor(age_b / this)). 0: every
     # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. With
     # CartPole's few_env_steps preset to 20,000 env steps, 1,000 made the cart's drift off
-    # the track rarer but not the returns higher (docs/BENCHMARKS.md, twenty-first session).
+    # the track rarer but not the returns higher on two seeds; 250 took the seed that had
+    # stalled near 200 to 500 (one run; docs/BENCHMARKS.md, twenty-first session).
     td_shrink_every_steps: int = 0
     discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
