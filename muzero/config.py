@@ -263,10 +263,10 @@ class TargetConfig:
     # every this many env steps stored after it, down to 1, so that targets of data acted
     # by an old policy bootstrap sooner from the current value instead of summing more
     # of that policy's rewards: n_b = max(1, td_steps - floor(age_b / this)). 0: every
-    # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. With
-    # CartPole's few_env_steps preset to 20,000 env steps, 1,000 made the cart's drift off
-    # the track rarer but not the returns higher on two seeds; 250 took the seed that had
-    # stalled near 200 to 500 (one run; docs/BENCHMARKS.md, twenty-first session).
+    # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. CartPole's
+    # few_env_steps preset sets 250: to 20,000 env steps, seeds 0-2 each reached >= 475 with
+    # it, one of them without (1,000 made the cart's drift off the track rarer but not the
+    # returns higher; docs/BENCHMARKS.md, twenty-first and twenty-second sessions).
     td_shrink_every_steps: int = 0
     discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
@@ -403,6 +403,15 @@ class NetworkConfig:
     # torso) refuse it. Within the seeds' spread on CartPole's few_env_steps preset
     # (docs/BENCHMARKS.md, nineteenth session).
     mlp_residual_dynamics: bool = False
+    # MLP torso and heads (vector observations): the hidden layers add a bias before their
+    # LayerNorm. Without one the representation sees only the direction of the observation
+    # vector, not its size (LayerNorm(W o) = LayerNorm(W c o) for c > 0): on CartPole states
+    # near the track's edge looked like states halfway there, the values of the last 30
+    # steps of episodes that ran off the track were flat at 16-20, and few_env_steps runs
+    # stalled near 200 (docs/NETWORK.md). False rebuilds the networks of runs made before
+    # this setting existed (2026-12-04), to resume their checkpoints. Image and board
+    # networks (conv torsos, bias-free head layers) are the same either way.
+    mlp_bias: bool = True
     # Residual conv torso (image and board observations). Small CPU-friendly
     # defaults; the paper uses 256 channels and 16 blocks.
     conv_channels: int = 64
@@ -453,6 +462,7 @@ class NetworkConfig:
         check_bool(self, "conv_downsample")
         check_bool(self, "jit_compile")
         check_bool(self, "mlp_residual_dynamics")
+        check_bool(self, "mlp_bias")
         check_int(self, "head_hidden_size", 1)
         check_float(self, "skip_fraction", 0.0, 1.0)
         check_int(self, "skip_warmup_steps", 0)

@@ -122,8 +122,7 @@ def test_seed_determinism_and_part_restore(tmp_path):
     tf.train.Checkpoint(representation=c.representation).restore(path).assert_consumed()
     for va, vc in zip(a.representation.trainable_variables, c.representation.trainable_variables):
         np.testing.assert_array_equal(va.numpy(), vc.numpy())
-    assert not np.array_equal(a.dynamics.trainable_variables[0].numpy(),
-                              c.dynamics.trainable_variables[0].numpy())
+    assert not np.array_equal(a.dynamics.torso.hidden[0].w.numpy(), c.dynamics.torso.hidden[0].w.numpy())
 
 
 def test_bad_observation_names_shapes_and_dtypes(networks):
@@ -192,3 +191,42 @@ def test_residual_mlp_dynamics_adds_the_torsos_output_to_the_hidden_state():
                                atol=1e-5)
     with pytest.raises(ConfigError, match="mlp_residual_dynamics=true is invalid for image and board envs"):
         make_network(TICTACTOE, residual, 1)
+
+
+def test_mlp_hidden_bias_lets_the_representation_see_the_observations_size():
+    # Without a bias LayerNorm(o @ w) = LayerNorm((c o) @ w) for every c > 0: the hidden state
+    # of o and 2 o is the same. A bias before the LayerNorm breaks that unless it is the same
+    # for every feature (LayerNorm removes the mean over the features).
+    import dataclasses
+    legacy = make_network(CARTPOLE, dataclasses.replace(TINY, mlp_bias=False), 1, seed=1)
+    net = make_network(CARTPOLE, TINY, 1, seed=1)
+    o = np.array([[1.2, 0.8, 0.04, -0.1], [-0.5, 0.3, -0.1, 0.2]], np.float32)
+
+    def hidden(n, x):
+        return n.initial_inference(x)["hidden_state"].numpy()
+    np.testing.assert_allclose(hidden(legacy, 2 * o), hidden(legacy, o), atol=1e-5)
+    # Same seed, same weights: the biases start at zero, so the new network starts as the old one.
+    np.testing.assert_allclose(hidden(net, o), hidden(legacy, o), atol=1e-6)
+    dense, norm, out = net.representation.torso.hidden[0], net.representation.torso.norms[0], net.representation.torso.out
+    dense.b.assign(np.linspace(-1.0, 1.0, 16).astype(np.float32))
+    norm.offset.assign(np.full(16, 0.1, np.float32))
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(hidden(net, 2 * o), hidden(net, o), atol=1e-3)
+
+    def reference(x):   # the torso written out in NumPy: dense, layer norm, relu, dense, min-max
+        z = x @ dense.w.numpy() + dense.b.numpy()
+        z = (z - z.mean(1, keepdims=True)) / np.sqrt(z.var(1, keepdims=True) + 1e-5)
+        z = np.maximum(z * norm.scale.numpy() + norm.offset.numpy(), 0.0) @ out.w.numpy() + out.b.numpy()
+        low, high = z.min(1, keepdims=True), z.max(1, keepdims=True)
+        return (z - low) / (high - low)
+    for x in (o, 2 * o):
+        np.testing.assert_allclose(hidden(net, x), reference(x), atol=1e-5)
+    # The dynamics and prediction heads get the biases too; the legacy network has none.
+    assert all(d.b is not None for m in (net.dynamics.torso, net.dynamics.reward_head, net.prediction.value_head,
+                                         net.prediction.policy_head) for d in m.hidden)
+    assert all(d.b is None for d in legacy.representation.torso.hidden + legacy.dynamics.torso.hidden)
+    # Image and board networks are the same with and without the setting.
+    for descriptor, frames in ((TICTACTOE, 1), (ATARI_SMALL, 2)):
+        shapes = [[v.shape.as_list() for v in make_network(descriptor, dataclasses.replace(TINY, mlp_bias=b), frames,
+                                                            seed=1).trainable_variables] for b in (True, False)]
+        assert shapes[0] == shapes[1]

@@ -224,9 +224,9 @@ def test_fine_tuning_restores_the_pretrained_parts_and_reports_the_rest(cartpole
     dynamics_before = [v.numpy().copy() for v in fresh.dynamics.variables]
     summary = init_network_from(types.SimpleNamespace(network=fresh, copy_to_serving=lambda: None), ckpt)
     count = lambda group: {p: len(n) for p, n in group.items() if n}   # noqa: E731
-    # SMALL_NET's MLP representation: one hidden layer (w), its norm (scale, offset), the
-    # output layer (w, b) = 5 variables.
-    assert count(summary.restored) == {"representation": 5}
+    # SMALL_NET's MLP representation: one hidden layer (w, b), its norm (scale, offset), the
+    # output layer (w, b) = 6 variables.
+    assert count(summary.restored) == {"representation": 6}
     assert count(summary.skipped) == {"pretrain_head": len(pre.network.pretrain_head.trainable_variables)}
     assert count(summary.new) == {"dynamics": len(fresh.dynamics.trainable_variables),
                                   "prediction": len(fresh.prediction.trainable_variables)}
@@ -235,7 +235,7 @@ def test_fine_tuning_restores_the_pretrained_parts_and_reports_the_rest(cartpole
     for a, b in zip(fresh.dynamics.variables, dynamics_before):
         np.testing.assert_array_equal(a.numpy(), b)
     text = "\n".join(summary.lines())
-    assert "restored: representation 5 (5 variables)" in text and "new (in this network" in text
+    assert "restored: representation 6 (6 variables)" in text and "new (in this network" in text
     # A network with the head restores it too; an RL checkpoint restores every part.
     with_head = make_network(cartpole, SMALL_NET, 1, seed=8, with_ssl_head=True)
     summary = init_network_from(types.SimpleNamespace(network=with_head, copy_to_serving=lambda: None), ckpt)

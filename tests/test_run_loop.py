@@ -374,3 +374,25 @@ def test_the_launcher_prepares_before_the_server_exists_and_starts_its_actors_af
     run = _run(tmp_path, max_train_steps=2, num_actors=2, num_eval_actors=1)
     run.run()
     assert seen == [("prepare", True), ("start", 3, True), ("stop",)]
+
+
+def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_path):
+    # Its config.json has no network.mlp_bias: its MLPs had no hidden biases, so the default
+    # (true) would build other variables than its checkpoints hold.
+    muzero = algorithms.get("muzero")
+    settings = muzero.default_settings("cartpole")
+    old = settings.to_dict()
+    del old["config"]["network"]["mlp_bias"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match=r"\"mlp_bias\": false.*\"mlp_bias\": true.*"
+                                          r"resume with --set=network.mlp_bias=false\)$"):
+        Run(settings, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])
+    network = dataclasses.replace(settings.config.network, mlp_bias=False)
+    legacy = dataclasses.replace(settings, config=dataclasses.replace(settings.config, network=network))
+    Run(legacy, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])   # accepted
+    # Image and board networks are the same either way: an old MinAtar or tic-tac-toe run resumes as it is.
+    board = muzero.default_settings("tictactoe")
+    old = board.to_dict()
+    del old["config"]["network"]["mlp_bias"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    Run(board, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])

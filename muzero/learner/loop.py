@@ -122,16 +122,27 @@ class Run:
         if not isinstance(previous, dict):
             return
         mine = self.settings.to_dict()
+        network, my_network = (previous.get("config") or {}).get("network"), mine["config"].get("network")
+        if isinstance(network, dict) and isinstance(my_network, dict) and "mlp_bias" in my_network:
+            # MuZero runs written before network.mlp_bias existed had MLPs without hidden biases;
+            # the setting does not change image and board networks.
+            legacy = False if self.descriptor.kind == "vector" else my_network["mlp_bias"]
+            network = {"mlp_bias": legacy, **network}
         keys = [("algo", previous.get("algo", "muzero"), mine["algo"]), ("env", previous.get("env"), mine["env"]),
                 ("env_options", previous.get("env_options", {}), mine["env_options"]),
-                ("config.network", (previous.get("config") or {}).get("network"), mine["config"].get("network")),
+                ("config.network", network, my_network),
                 # A pretraining run's checkpoints hold no dynamics or prediction (MuZero --pretrain).
                 ("config.pretrain.enabled", ((previous.get("config") or {}).get("pretrain") or {}).get("enabled", False),
                  (mine["config"].get("pretrain") or {}).get("enabled", False))]
         for name, old, new in keys:
             if old != new:
+                hint = ""
+                if (name == "config.network" and isinstance(old, dict) and isinstance(new, dict)
+                        and old.get("mlp_bias") is False and new.get("mlp_bias") is True):
+                    hint = " (runs made before 2026-12-04 resume with --set=network.mlp_bias=false)"
                 raise ConfigError(f"--logdir={self.logdir} holds a run with {name}={json.dumps(old)}; this run has "
-                                  f"{name}={json.dumps(new)}: pass another --logdir, or the same settings to resume")
+                                  f"{name}={json.dumps(new)}: pass another --logdir, or the same settings to "
+                                  f"resume{hint}")
 
     def _restore_newest_intact(self, candidates: list) -> Optional[str]:
         """Restores the newest checkpoint that loads; says which ones were skipped and why."""

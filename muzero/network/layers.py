@@ -75,18 +75,24 @@ class MLP(tf.Module):
     """[Dense -> LayerNorm -> ReLU] per hidden size, then a final Dense (no activation).
 
     x: [B, in_size] -> [B, out_size].
+
+    ``hidden_bias``: the hidden Dense layers add a bias before the LayerNorm. Without it
+    LayerNorm(x @ w) is the same for x and c * x (any c > 0): the MLP sees only the direction
+    of its input, not its size (a CartPole state at x = 1.2 looks like one at x = 2.4 with
+    all other features doubled). Unlike with BatchNorm, the bias is not redundant here:
+    LayerNorm removes its mean over the features, not the bias itself.
     """
 
     def __init__(self, in_size: int, hidden_sizes: Sequence[int], out_size: int,
                  rng: np.random.Generator, final_init_scale: float = 1.0,
-                 name: Optional[str] = None):
+                 hidden_bias: bool = True, name: Optional[str] = None):
         super().__init__(name=name)
         with self.name_scope:
             self.hidden = []
             self.norms = []
             size = in_size
             for i, width in enumerate(hidden_sizes):
-                self.hidden.append(Dense(size, width, rng, use_bias=False, name=f"dense_{i}"))
+                self.hidden.append(Dense(size, width, rng, use_bias=hidden_bias, name=f"dense_{i}"))
                 self.norms.append(LayerNorm(width, name=f"norm_{i}"))
                 size = width
             self.out = Dense(size, out_size, rng, init_scale=final_init_scale, name="out")

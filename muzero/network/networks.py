@@ -110,7 +110,7 @@ class MLPRepresentation(tf.Module):
         super().__init__(name="representation")
         with self.name_scope:
             self.torso = layers.MLP(input_size, [config.mlp_hidden_size] * config.mlp_num_layers,
-                                    config.latent_size, rng, name="torso")
+                                    config.latent_size, rng, hidden_bias=config.mlp_bias, name="torso")
 
     def __call__(self, observation: tf.Tensor) -> tf.Tensor:
         return layers.min_max_normalise(self.torso(tf.cast(observation, tf.float32)))
@@ -127,10 +127,10 @@ class MLPDynamics(tf.Module):
         with self.name_scope:
             self.torso = layers.MLP(latent + num_actions,
                                     [config.mlp_hidden_size] * config.mlp_num_layers, latent, rng,
-                                    name="torso")
+                                    hidden_bias=config.mlp_bias, name="torso")
             self.reward_head = layers.MLP(latent, [config.head_hidden_size],
-                                          config.reward_support.num_bins, rng,
-                                          final_init_scale=0.01, name="reward_head")
+                                          config.reward_support.num_bins, rng, final_init_scale=0.01,
+                                          hidden_bias=config.mlp_bias, name="reward_head")
 
     def __call__(self, hidden: tf.Tensor, action: tf.Tensor):
         x = tf.concat([hidden, tf.one_hot(action, self.num_actions)], axis=-1)
@@ -146,10 +146,11 @@ class MLPPrediction(tf.Module):
         super().__init__(name="prediction")
         latent, width = config.latent_size, config.head_hidden_size
         with self.name_scope:
-            self.policy_head = layers.MLP(latent, [width], num_actions, rng,
-                                          final_init_scale=0.01, name="policy_head")
+            self.policy_head = layers.MLP(latent, [width], num_actions, rng, final_init_scale=0.01,
+                                          hidden_bias=config.mlp_bias, name="policy_head")
             self.value_head = layers.MLP(latent, [width], config.value_support.num_bins, rng,
-                                         final_init_scale=0.01, name="value_head")
+                                         final_init_scale=0.01, hidden_bias=config.mlp_bias,
+                                         name="value_head")
 
     def __call__(self, hidden: tf.Tensor):
         return self.policy_head(hidden), self.value_head(hidden)
@@ -213,9 +214,11 @@ class ConvDynamics(tf.Module):
             self.torso = layers.ConvStem(channels + action_planes, channels,
                                          config.conv_num_blocks, rng, name="torso")
             self.reward_reduce = layers.Conv2D(channels, reduced, 1, rng, name="reward_reduce")
+            # The conv networks' heads keep their bias-free hidden layers (network.mlp_bias is
+            # about the vector networks; these were not measured with biases).
             self.reward_head = layers.MLP(h * w * reduced, [config.head_hidden_size],
-                                          config.reward_support.num_bins, rng,
-                                          final_init_scale=0.01, name="reward_head")
+                                          config.reward_support.num_bins, rng, final_init_scale=0.01,
+                                          hidden_bias=False, name="reward_head")
 
     def action_planes(self, action: tf.Tensor, batch: tf.Tensor) -> tf.Tensor:
         """action [B] int32 -> [B, h, w, 1] (cell actions) or [B, h, w, A] (broadcast one-hot)."""
@@ -245,11 +248,12 @@ class ConvPrediction(tf.Module):
         with self.name_scope:
             self.policy_reduce = layers.Conv2D(channels, reduced, 1, rng, name="policy_reduce")
             self.value_reduce = layers.Conv2D(channels, reduced, 1, rng, name="value_reduce")
+            # Bias-free hidden layers, as the conv dynamics' reward head.
             self.policy_head = layers.MLP(h * w * reduced, [config.head_hidden_size], num_actions,
-                                          rng, final_init_scale=0.01, name="policy_head")
+                                          rng, final_init_scale=0.01, hidden_bias=False, name="policy_head")
             self.value_head = layers.MLP(h * w * reduced, [config.head_hidden_size],
-                                         config.value_support.num_bins, rng,
-                                         final_init_scale=0.01, name="value_head")
+                                         config.value_support.num_bins, rng, final_init_scale=0.01,
+                                         hidden_bias=False, name="value_head")
 
     def __call__(self, hidden: tf.Tensor):
         batch = tf.shape(hidden)[0]
