@@ -20,22 +20,32 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 X_LIMIT = 2.4  # CartPole-v1 terminates beyond this |x|; any other termination is the pole
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(doc: str, episodes: int, episodes_help: str) -> argparse.Namespace:
+    """--export_dir, --episodes, --seed: the flags of the CartPole export scripts."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export_dir", required=True, help="an export of a cartpole run (holds run.json)")
-    parser.add_argument("--episodes", type=int, default=20, help="episodes, played at once (default 20)")
+    parser.add_argument("--episodes", type=int, default=episodes, help=f"{episodes_help} (default {episodes})")
     parser.add_argument("--seed", type=int, default=100, help="episode i resets with seed + i (default 100)")
     args = parser.parse_args()
     if args.episodes < 1:
         raise SystemExit("--episodes must be >= 1")
-    import gymnasium as gym
-    from muzero.eval.evaluator import SavedModelPlayer, load_run, search_config_from_run
+    return args
 
-    run = load_run(args.export_dir)
+
+def cartpole_player(export_dir: str, num_envs: int):
+    """A greedy SavedModelPlayer for ``num_envs`` envs, with the search of the export's run."""
+    from muzero.eval.evaluator import SavedModelPlayer, load_run, search_config_from_run
+    run = load_run(export_dir)
     if run is None or run.get("env") != "cartpole":
-        raise SystemExit(f"{args.export_dir} is not an export of a cartpole run (no run.json naming env cartpole)")
+        raise SystemExit(f"{export_dir} is not an export of a cartpole run (no run.json naming env cartpole)")
+    return SavedModelPlayer(export_dir, search_config_from_run(run), num_envs)
+
+
+def main() -> None:
+    args = parse_args(__doc__, 20, "episodes, played at once")
+    import gymnasium as gym
     n = args.episodes
-    player = SavedModelPlayer(args.export_dir, search_config_from_run(run), n)
+    player = cartpole_player(args.export_dir, n)
     envs = [gym.make("CartPole-v1") for _ in range(n)]
     obs = np.stack([env.reset(seed=args.seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
     legal, to_play = np.ones((n, 2), bool), np.zeros(n, np.int8)
