@@ -275,6 +275,17 @@ class Builder(abc.ABC):
     def check_settings(self, settings) -> None:
         """Cross-field checks that need the whole ``RunSettings`` (raise ConfigError)."""
 
+    def saved_network(self, network: dict, settings, descriptor) -> dict:
+        """The ``network`` section of an earlier run's config.json, with fields added since
+        set to what that run built (resuming compares it with this run's ``settings``).
+        Default: as read."""
+        return network
+
+    def resume_hint(self, old_network: dict, new_network: dict) -> str:
+        """Text appended to the refusal of a logdir whose network section differs (e.g. which
+        setting resumes a run made before a change). Default: none."""
+        return ""
+
     def fit_to_env(self, settings, descriptor, changes: dict) -> tuple:
         """Defaults fitted to the env: called with ``default_settings``' result (plus
         ``--env_options``) before the user's overrides, which are ``changes``

@@ -123,11 +123,8 @@ class Run:
             return
         mine = self.settings.to_dict()
         network, my_network = (previous.get("config") or {}).get("network"), mine["config"].get("network")
-        if isinstance(network, dict) and isinstance(my_network, dict) and "mlp_bias" in my_network:
-            # MuZero runs written before network.mlp_bias existed had MLPs without hidden biases;
-            # the setting does not change image and board networks.
-            legacy = False if self.descriptor.kind == "vector" else my_network["mlp_bias"]
-            network = {"mlp_bias": legacy, **network}
+        if isinstance(network, dict) and previous.get("algo", "muzero") == self.settings.algo:
+            network = self.builder.saved_network(network, self.settings, self.descriptor)
         keys = [("algo", previous.get("algo", "muzero"), mine["algo"]), ("env", previous.get("env"), mine["env"]),
                 ("env_options", previous.get("env_options", {}), mine["env_options"]),
                 ("config.network", network, my_network),
@@ -136,10 +133,8 @@ class Run:
                  (mine["config"].get("pretrain") or {}).get("enabled", False))]
         for name, old, new in keys:
             if old != new:
-                hint = ""
-                if (name == "config.network" and isinstance(old, dict) and isinstance(new, dict)
-                        and old.get("mlp_bias") is False and new.get("mlp_bias") is True):
-                    hint = " (runs made before 2026-12-04 resume with --set=network.mlp_bias=false)"
+                hint = (self.builder.resume_hint(old, new)
+                        if name == "config.network" and isinstance(old, dict) and isinstance(new, dict) else "")
                 raise ConfigError(f"--logdir={self.logdir} holds a run with {name}={json.dumps(old)}; this run has "
                                   f"{name}={json.dumps(new)}: pass another --logdir, or the same settings to "
                                   f"resume{hint}")

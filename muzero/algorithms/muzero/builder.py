@@ -40,6 +40,17 @@ class MuZeroBuilder(core.Builder):
                 notes.append(f"pretrain.shift_pixels={shift}: about 1/24 of the {side}-pixel frame side")
         return settings, notes
 
+    def saved_network(self, network: dict, settings, descriptor) -> dict:
+        # Runs written before network.mlp_bias existed had vector MLPs without hidden biases;
+        # the setting does not change image and board networks, so any value matches there.
+        legacy = False if descriptor.kind == "vector" else settings.config.network.mlp_bias
+        return {"mlp_bias": legacy, **network}
+
+    def resume_hint(self, old_network: dict, new_network: dict) -> str:
+        if old_network.get("mlp_bias") is False and new_network.get("mlp_bias") is True:
+            return " (runs made before 2026-12-04 resume with --set=network.mlp_bias=false)"
+        return ""
+
     def check_settings(self, settings) -> None:
         devices = getattr(settings, "learner_devices", 1)
         batch = settings.config.training.batch_size
