@@ -412,6 +412,11 @@ class NetworkConfig:
     # this setting existed (2026-12-04), to resume their checkpoints. Image and board
     # networks (conv torsos, bias-free head layers) are the same either way.
     mlp_bias: bool = True
+    # Seed of the initial weights; -1 (the default): the run's --seed. Lets a run keep its
+    # actors' and replay's random streams (--seed) while drawing other initial weights, to
+    # tell an outcome that follows the weights from one that follows the data
+    # (docs/NETWORK.md). A resume restores the weights, so it may pass another value.
+    init_seed: int = -1
     # Residual conv torso (image and board observations). Small CPU-friendly
     # defaults; the paper uses 256 channels and 16 blocks.
     conv_channels: int = 64
@@ -463,6 +468,7 @@ class NetworkConfig:
         check_bool(self, "jit_compile")
         check_bool(self, "mlp_residual_dynamics")
         check_bool(self, "mlp_bias")
+        check_int(self, "init_seed", -1, 2**32 - 1)
         check_int(self, "head_hidden_size", 1)
         check_float(self, "skip_fraction", 0.0, 1.0)
         check_int(self, "skip_warmup_steps", 0)

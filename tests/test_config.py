@@ -30,6 +30,7 @@ from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfi
     (NetworkConfig, {"conv_downsample": "no"}, "NetworkConfig.conv_downsample='no'"),
     (NetworkConfig, {"jit_compile": None}, "NetworkConfig.jit_compile=None"),
     (NetworkConfig, {"mlp_residual_dynamics": 1}, "NetworkConfig.mlp_residual_dynamics=1 is invalid: must be true"),
+    (NetworkConfig, {"init_seed": -2}, "NetworkConfig.init_seed=-2 is invalid: must be an integer in [-1, 4294967295]"),
     (TargetConfig, {"reanalyse_values": True, "value_target_update_steps": -1},
      "TargetConfig.value_target_update_steps=-1 is invalid: must be an integer in [0, 1000000000]"),
     (TrainingConfig, {"augment_symmetries": "true"}, "TrainingConfig.augment_symmetries='true'"),

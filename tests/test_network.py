@@ -1,4 +1,6 @@
 """MuZero network: torsos per env kind, output contract, variable parts, input checks."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -125,6 +127,17 @@ def test_seed_determinism_and_part_restore(tmp_path):
     assert not np.array_equal(a.dynamics.torso.hidden[0].w.numpy(), c.dynamics.torso.hidden[0].w.numpy())
 
 
+def test_init_seed_replaces_the_seed_for_the_initial_weights_only_when_set():
+    # init_seed=3 with seed=4 draws seed 3's weights (and the consistency head's); -1 keeps seed.
+    a = make_network(CARTPOLE, TINY, 1, seed=3, with_ssl_head=True)
+    b = make_network(CARTPOLE, dataclasses.replace(TINY, init_seed=3), 1, seed=4, with_ssl_head=True)
+    c = make_network(CARTPOLE, dataclasses.replace(TINY, init_seed=-1), 1, seed=4, with_ssl_head=True)
+    assert len(a.trainable_variables) == len(b.trainable_variables) > 0
+    for va, vb in zip(a.trainable_variables, b.trainable_variables):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+    assert not np.array_equal(a.representation.torso.hidden[0].w.numpy(), c.representation.torso.hidden[0].w.numpy())
+
+
 def test_bad_observation_names_shapes_and_dtypes(networks):
     image = networks["image"]
     obs = _observation(image, 2)
@@ -169,7 +182,6 @@ def test_residual_mlp_dynamics_adds_the_torsos_output_to_the_hidden_state():
     # residual model's next state is normalise(hidden + 0) = hidden (a normalised state is
     # its own normalisation: min 0, max 1), while the plain model's is normalise(0) = 0.
     # Setting that layer's bias to c = [0, 1, .., L-1] / (L-1) gives normalise(hidden + c).
-    import dataclasses
     from muzero.config import ConfigError
     residual = dataclasses.replace(TINY, mlp_residual_dynamics=True)
     nets = {r: make_network(CARTPOLE, cfg, 1, seed=1) for r, cfg in ((True, residual), (False, TINY))}

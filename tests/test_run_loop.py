@@ -390,6 +390,10 @@ def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_
     network = dataclasses.replace(settings.config.network, mlp_bias=False)
     legacy = dataclasses.replace(settings, config=dataclasses.replace(settings.config, network=network))
     Run(legacy, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])   # accepted
+    # The initial weights' seed does not matter to a resume; runs from before it existed have none.
+    other_init = dataclasses.replace(legacy.config.network, init_seed=7)
+    Run(dataclasses.replace(legacy, config=dataclasses.replace(legacy.config, network=other_init)), str(tmp_path),
+        log=lambda m: None)._check_same_run(["ckpt-1"])   # accepted
     # Image and board networks are the same either way: an old MinAtar or tic-tac-toe run resumes as it is.
     board = muzero.default_settings("tictactoe")
     old = board.to_dict()

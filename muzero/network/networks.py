@@ -435,7 +435,8 @@ def _hidden_hw(h: int, w: int, downsample: bool) -> tuple:
 
 def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames: int,
                  seed: int = 0, with_ssl_head: bool = False) -> MuZeroNetwork:
-    """Builds the MuZero network for an env; weights are a pure function of ``seed``.
+    """Builds the MuZero network for an env; weights are a pure function of ``seed``
+    (``config.init_seed`` instead when it is >= 0).
 
     ``stack_frames`` is the number of frames per input for image envs (``TargetConfig``);
     vector and board envs must pass 1. ``with_ssl_head`` also builds ``pretrain_head``
@@ -445,6 +446,8 @@ def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames:
     """
     if descriptor.num_actions < 1:
         raise ValueError(f"descriptor.num_actions={descriptor.num_actions} must be >= 1")
+    if config.init_seed >= 0:
+        seed = config.init_seed
     rng = np.random.default_rng(seed)
     kind = descriptor.kind
     if config.mlp_residual_dynamics and kind != "vector":

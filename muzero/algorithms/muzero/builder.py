@@ -44,7 +44,9 @@ class MuZeroBuilder(core.Builder):
         # Runs written before network.mlp_bias existed had vector MLPs without hidden biases;
         # the setting does not change image and board networks, so any value matches there.
         legacy = False if descriptor.kind == "vector" else settings.config.network.mlp_bias
-        return {"mlp_bias": legacy, **network}
+        # The initial weights' seed does not matter to a resume (the checkpoint replaces
+        # them), and runs from before network.init_seed existed have none.
+        return {"mlp_bias": legacy, **network, "init_seed": settings.config.network.init_seed}
 
     def resume_hint(self, old_network: dict, new_network: dict) -> str:
         if old_network.get("mlp_bias") is False and new_network.get("mlp_bias") is True:
