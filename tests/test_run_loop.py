@@ -383,6 +383,7 @@ def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_
     settings = muzero.default_settings("cartpole")
     old = settings.to_dict()
     del old["config"]["network"]["mlp_bias"]
+    del old["config"]["network"]["init_seed"]   # nor network.init_seed, which came later
     (tmp_path / "config.json").write_text(json.dumps(old))
     with pytest.raises(ConfigError, match=r"\"mlp_bias\": false.*\"mlp_bias\": true.*"
                                           r"resume with --set=network.mlp_bias=false\)$"):
@@ -390,7 +391,7 @@ def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_
     network = dataclasses.replace(settings.config.network, mlp_bias=False)
     legacy = dataclasses.replace(settings, config=dataclasses.replace(settings.config, network=network))
     Run(legacy, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])   # accepted
-    # The initial weights' seed does not matter to a resume; runs from before it existed have none.
+    # The initial weights' seed does not matter to a resume: another one is accepted too.
     other_init = dataclasses.replace(legacy.config.network, init_seed=7)
     Run(dataclasses.replace(legacy, config=dataclasses.replace(legacy.config, network=other_init)), str(tmp_path),
         log=lambda m: None)._check_same_run(["ckpt-1"])   # accepted
