@@ -6,6 +6,7 @@
     envs.make_batch(name, num_envs, seed=0, **options) -> EnvBatch (E in lockstep, auto-reset)
     envs.describe(name, **options)              -> EnvDescriptor
     envs.board_symmetries(name)                 -> [P, H*W] cell permutations or None
+    envs.mirror_actions(name)                   -> [A] action permutation or None
 
 Adding an env: write an :class:`envs.base.Env` (and, if it can be vectorised, an
 :class:`envs.base.EnvBatch`), then call :func:`register` with a factory and a
@@ -22,7 +23,8 @@ import numpy as np
 
 from envs.base import BatchStep, Env, EnvBatch, EnvDescriptor, LoopEnvBatch, StepResult
 
-__all__ = ["make", "make_batch", "describe", "register", "known_names", "board_symmetries", "Env",
+__all__ = ["make", "make_batch", "describe", "register", "known_names", "board_symmetries",
+           "mirror_actions", "Env",
            "EnvBatch", "EnvDescriptor", "BatchStep", "StepResult", "LoopEnvBatch", "UnknownEnvError"]
 
 
@@ -36,17 +38,24 @@ class _Entry:
     describe: Callable[..., EnvDescriptor]        # (**options) -> EnvDescriptor
     make_batch: Optional[Callable[..., EnvBatch]]  # (num_envs, seed, **options) -> EnvBatch
     symmetries: Optional[np.ndarray] = None       # [P, H*W] int64 cell permutations
+    mirror: Optional[np.ndarray] = None           # [A] int64 action permutation (see register)
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=None) -> None:
+def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=None, mirror=None) -> None:
     """Adds an env under ``name``. ``make_batch_fn`` is optional (a loop batch is used otherwise).
 
     ``symmetries``: for board games whose actions are the cells of an H x W board
     (observations ``(H, W, C)``, A = H * W), permutations ``[P, H*W]`` under which the
     game is unchanged; board ``b`` maps to ``b[perm]`` (see :func:`board_symmetries`).
+
+    ``mirror``: for vector envs that are unchanged when every observation is negated and
+    every action ``a`` is replaced by ``mirror[a]`` (an ``[A]`` permutation that is its own
+    inverse): CartPole, whose physics, limits and start states are symmetric about the
+    centre, with left and right pushes swapped (see :func:`mirror_actions`). Not with board
+    ``symmetries``.
     """
     if name in _REGISTRY:
         raise ValueError(f"env {name!r} is already registered")
@@ -59,7 +68,14 @@ def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=Non
         cells = list(range(symmetries.shape[-1]))
         if symmetries.ndim != 2 or any(sorted(p) != cells for p in symmetries.tolist()):
             raise ValueError(f"symmetries of {name!r} must be permutations [P, cells]")
-    _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn, symmetries)
+    if mirror is not None:
+        mirror = np.asarray(mirror, np.int64)
+        if symmetries is not None:
+            raise ValueError(f"env {name!r}: give board symmetries or a mirror, not both")
+        if mirror.ndim != 1 or sorted(mirror.tolist()) != list(range(mirror.size)) \
+                or not np.array_equal(mirror[mirror], np.arange(mirror.size)):
+            raise ValueError(f"the mirror of {name!r} must be an action permutation [A] that is its own inverse")
+    _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn, symmetries, mirror)
 
 
 def known_names() -> list[str]:
@@ -128,6 +144,13 @@ def board_symmetries(name: str) -> Optional[np.ndarray]:
     return _entry(name).symmetries
 
 
+def mirror_actions(name: str) -> Optional[np.ndarray]:
+    """The ``[A]`` action permutation under which the env is unchanged when its observations
+    are negated (see :func:`register`), or None when it registered none. Used to augment
+    training data."""
+    return _entry(name).mirror
+
+
 def make_batch(name: str, num_envs: int, seed: int = 0, **options) -> EnvBatch:
     """``num_envs`` environments in lockstep; env i is seeded with ``seed + i`` where seeds apply."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -175,7 +198,8 @@ def _register_builtins() -> None:
              lambda seed=0, **options: cartpole.CartPole(seed=seed, **cartpole_options(options)),
              lambda **options: cartpole.describe(**cartpole_options(options)),
              lambda num_envs, seed=0, **options: cartpole.CartPoleBatch(num_envs, seed=seed,
-                                                                       **cartpole_options(options)))
+                                                                       **cartpole_options(options)),
+             mirror=cartpole.MIRROR)
     register_fixed("tictactoe", tictactoe.TicTacToe, tictactoe.DESCRIPTOR, tictactoe.TicTacToeBatch,
                    tictactoe.SYMMETRIES)
     register("atari", atari_make, atari_describe, atari.make_batch)

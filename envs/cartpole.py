@@ -34,6 +34,12 @@ DESCRIPTOR = EnvDescriptor(
 )
 
 STATELESS_DESCRIPTOR = dataclasses.replace(DESCRIPTOR, observation_shape=(2,))
+
+# The cart mirrored about the centre of the track: the equations are odd in the state and
+# the force, the limits |x| <= 2.4 and |theta| <= 12 degrees and the start states (uniform
+# in +-0.05) are symmetric, so the negated state with push left (0) and push right (1)
+# swapped is an equally likely CartPole, with the same rewards (envs.mirror_actions).
+MIRROR = (1, 0)
 _POSITIONS = [0, 2]            # x and theta in (x, x_dot, theta, theta_dot)
 
 

@@ -505,8 +505,10 @@ class TrainingConfig:
     hidden_gradient_scale: float = 0.5
     # "paper": recurrent-step losses scaled by 1/K. "seed": by 1/max(sum of masks, 1).
     recurrent_loss_scaling: str = "paper"
-    # Board games with registered symmetries (envs.board_symmetries; tic-tac-toe's 8):
-    # each sampled position is trained under one random symmetry (muzero/replay/augment.py).
+    # Envs with registered symmetries: board games (envs.board_symmetries; tic-tac-toe's 8)
+    # train each sampled position under one random symmetry; mirrored vector envs
+    # (envs.mirror_actions; CartPole) negate half of the positions and swap their actions
+    # (muzero/replay/augment.py).
     augment_symmetries: bool = False
     # Compile the whole training step (loss, gradients, optimiser update) with XLA; one
     # learner device only. Off by default: 1.3-1.5x the steps/s for MinAtar's network, within

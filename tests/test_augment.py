@@ -1,11 +1,14 @@
 """Symmetry augmentation of board-game batches: hand-worked rotation, and game semantics
-kept (the real env replays augmented trajectories to the same results)."""
+kept (the real env replays augmented trajectories to the same results). CartPole's mirror:
+a hand-worked batch, and the physics (a negated cart with swapped pushes runs the negated
+trajectory)."""
 import numpy as np
 import pytest
 
 import envs
 from envs.tictactoe import EMPTY, SYMMETRIES, TicTacToe, observation_planes, winner
-from muzero.replay.augment import augment_board_batch, inverse_permutations
+from envs.cartpole import MIRROR, CartPoleBatch
+from muzero.replay.augment import augment_board_batch, augment_mirror_batch, inverse_permutations
 
 
 def _batch(obs, actions, policy):
@@ -110,3 +113,68 @@ def test_shapes_that_do_not_fit_are_rejected():
     batch = _batch(np.zeros((2, 3, 3, 3)), [[0], [1]], np.zeros((2, 2, 9)))
     with pytest.raises(ValueError, match="do not fit"):
         augment_board_batch(batch, np.arange(4)[None], np.random.default_rng(0))
+
+
+def test_mirror_by_hand():
+    batch = {"observation": np.array([[0.5, -1.0, 0.02, 0.3], [1.0, 2.0, 3.0, 4.0]], np.float32),
+             "next_observation": np.array([[[0.6, -0.8, 0.01, 0.2]], [[1.5, 2.5, 3.5, 4.5]]], np.float32),
+             "actions": np.array([[0], [1]], np.int32),
+             "target_policy": np.array([[[0.7, 0.3], [0.4, 0.6]], [[0.9, 0.1], [0.2, 0.8]]], np.float32),
+             "target_value": np.array([[10.0, 9.0], [8.0, 7.0]], np.float32)}
+    out = augment_mirror_batch(batch, np.array(MIRROR), np.random.default_rng(0), flip=np.array([True, False]))
+    # Position 0 mirrored: every component negated, push left (0) becomes push right (1),
+    # and the visits on left / right swap places.
+    np.testing.assert_array_equal(out["observation"][0], np.float32([-0.5, 1.0, -0.02, -0.3]))
+    np.testing.assert_array_equal(out["next_observation"][0, 0], np.float32([-0.6, 0.8, -0.01, -0.2]))
+    assert out["actions"].tolist() == [[1], [1]]
+    np.testing.assert_array_equal(out["target_policy"][0], np.float32([[0.3, 0.7], [0.6, 0.4]]))
+    # Position 1 untouched; values unchanged everywhere; the input is not modified.
+    np.testing.assert_array_equal(out["observation"][1], batch["observation"][1])
+    np.testing.assert_array_equal(out["next_observation"][1], batch["next_observation"][1])
+    np.testing.assert_array_equal(out["target_policy"][1], batch["target_policy"][1])
+    np.testing.assert_array_equal(out["target_value"], batch["target_value"])
+    assert batch["actions"].tolist() == [[0], [1]] and batch["observation"][0, 0] == 0.5
+    assert out["actions"].dtype == np.int32 and out["observation"].dtype == np.float32
+
+
+def test_mirror_flips_about_half_the_positions():
+    batch = {"observation": np.ones((1000, 4), np.float32), "actions": np.zeros((1000, 5), np.int32),
+             "target_policy": np.tile(np.float32([0.75, 0.25]), (1000, 6, 1))}
+    out = augment_mirror_batch(batch, np.array(MIRROR), np.random.default_rng(1))
+    flipped = out["observation"][:, 0] < 0
+    assert 430 < flipped.sum() < 570
+    assert (out["actions"][flipped] == 1).all() and (out["actions"][~flipped] == 0).all()
+    assert np.allclose(out["target_policy"][flipped], [0.25, 0.75])
+
+
+def test_cartpole_is_unchanged_by_its_mirror():
+    # The registered mirror is a fact about the physics: start a cart in a state and one in
+    # the negated state, push the second with every action swapped, and the second runs the
+    # negated trajectory with the same rewards and the same end.
+    assert envs.mirror_actions("cartpole").tolist() == [1, 0]
+    assert envs.mirror_actions("tictactoe") is None and envs.mirror_actions("gym:CartPole-v1") is None
+    rng = np.random.default_rng(3)
+    a, b = CartPoleBatch(4, seed=0), CartPoleBatch(4, seed=0)
+    a.reset(), b.reset()
+    start = rng.uniform(-0.05, 0.05, size=(4, 4))
+    a.state[:], b.state[:] = start, -start
+    for t in range(200):
+        actions = rng.integers(0, 2, size=4).astype(np.int32)
+        sa, sb = a.step(actions), b.step(np.array(MIRROR)[actions].astype(np.int32))
+        np.testing.assert_allclose(sb.final_observation, -sa.final_observation, atol=1e-6)
+        np.testing.assert_array_equal(sb.reward, sa.reward)
+        np.testing.assert_array_equal(sb.terminated, sa.terminated)
+        if sa.terminated.any():   # the carts that ended restart from fresh (different) states
+            break
+    assert t > 3
+
+
+def test_register_refuses_bad_mirrors():
+    make, describe = (lambda seed=0: None), (lambda: None)
+    with pytest.raises(ValueError, match="its own inverse"):
+        envs.register("mirror_test_cycle", make, describe, mirror=[1, 2, 0])
+    with pytest.raises(ValueError, match="its own inverse"):
+        envs.register("mirror_test_repeat", make, describe, mirror=[0, 0])
+    with pytest.raises(ValueError, match="not both"):
+        envs.register("mirror_test_both", make, describe, symmetries=[[0, 1]], mirror=[1, 0])
+    assert "mirror_test_cycle" not in envs.known_names()

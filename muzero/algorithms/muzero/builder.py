@@ -59,9 +59,11 @@ class MuZeroBuilder(core.Builder):
         if devices > 1 and batch % devices:
             raise ConfigError(f"training.batch_size={batch} does not split evenly over --learner_devices={devices}: "
                               f"use a batch size that is a multiple of {devices}")
-        if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None:
+        if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None \
+                and envs.mirror_actions(settings.env) is None:
             raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
-                              "board symmetries (only board games such as tictactoe do): turn it off")
+                              "symmetries (board games such as tictactoe and the mirrored cartpole do): "
+                              "turn it off")
         if devices > 1 and settings.config.training.jit_compile:
             raise ConfigError(f"training.jit_compile applies to one learner device, not --learner_devices={devices} "
                               "(XLA cannot compile the multi-device step): set training.jit_compile=false")

@@ -17,7 +17,7 @@ value per variable either way: checkpoints move freely between 1 and N devices.
 
 ``MuZeroLearner`` (the ``muzero.core.Learner`` of MuZero) adds the prioritized replay:
 actors' ``push_segments`` go into it (``push_segments`` below, called by the service),
-and ``step()`` samples a batch (with value reanalyse and board-symmetry augmentation
+and ``step()`` samples a batch (with value reanalyse and symmetry augmentation
 when configured), trains and writes the new priorities back. With
 ``targets.reanalyse_fraction > 0`` the builder hands it the inference service
 (``attach_service``) and the first ``step()`` starts the reanalyse worker
@@ -59,7 +59,7 @@ from muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_averager, variable_copier
 from muzero.network.networks import PARTS, draw_n_forward
 from muzero.replay import Replay, ReplayClosedError
-from muzero.replay.augment import augment_board_batch
+from muzero.replay.augment import augment_board_batch, augment_mirror_batch
 from muzero.replay.store import MAX_ABS_SCALAR
 from muzero.rpc.server import RequestError
 
@@ -260,7 +260,9 @@ class MuZeroLearner(core.Learner):
         # One learner host (index 0), whose seed is the run's: host_seed(seed, 0) == seed.
         self.rng = np.random.default_rng(host_seed(settings.seed, 0))
         # builder.check_settings has refused augment_symmetries on an env without symmetries.
-        self.symmetries = envs.board_symmetries(settings.env) if self.config.training.augment_symmetries else None
+        augment = self.config.training.augment_symmetries
+        self.symmetries = envs.board_symmetries(settings.env) if augment else None
+        self.mirror = envs.mirror_actions(settings.env) if augment else None
         devices = configure_devices(getattr(settings, "learner_devices", 1))
         self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts,
                                devices=devices)
@@ -334,6 +336,8 @@ class MuZeroLearner(core.Learner):
         versions = batch.pop("target_version", None)   # [B, K+1]; only with reanalyse
         if self.symmetries is not None:
             batch = augment_board_batch(batch, self.symmetries, self.rng)
+        elif self.mirror is not None:
+            batch = augment_mirror_batch(batch, self.mirror, self.rng)
         step = self.training_step
         metrics, priorities = self.trainer.train(batch)
         self.replay.update_priorities(batch["index"], priorities)
