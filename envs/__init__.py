@@ -146,8 +146,13 @@ def board_symmetries(name: str) -> Optional[np.ndarray]:
 
 def mirror_actions(name: str) -> Optional[np.ndarray]:
     """The ``[A]`` action permutation under which the env is unchanged when its observations
-    are negated (see :func:`register`), or None when it registered none. Used to augment
-    training data."""
+    are negated (see :func:`register`), or None when it registered none. ``gym:<ID>``: the
+    mirror of the Gymnasium class the id makes (``envs.gym_env.GYM_MIRRORS``: CartPole's).
+    Used to augment training data."""
+    if isinstance(name, str) and name.startswith("gym:"):
+        from envs import gym_env
+        mirror = gym_env.gym_mirror(name[4:])
+        return None if mirror is None else np.asarray(mirror, np.int64)
     return _entry(name).mirror
 
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from envs import cartpole
 from envs.base import Env, EnvDescriptor, StepResult, check_continuous_actions
 
 
@@ -197,6 +198,27 @@ def _register_robotics(gymnasium) -> bool:
         return False
     gymnasium.register_envs(gymnasium_robotics)
     return True
+
+
+# Gymnasium classes with a mirror (envs.register's ``mirror``): the env is unchanged when its
+# observation is negated and each action ``a`` becomes ``mirror[a]``. Keyed by the class an
+# id makes (its registry entry point), so CartPole-v0, CartPole-v1 and ids registered on the
+# same class with another step limit all count. Gymnasium's CartPole observes (x, x_dot,
+# theta, theta_dot) with dynamics odd in the state and the force, limits and start states
+# symmetric about the centre: push left (0) and push right (1) swap, as for the built-in
+# cartpole (envs/cartpole.py, whose physics are Gymnasium's).
+GYM_MIRRORS = {"gymnasium.envs.classic_control.cartpole:CartPoleEnv": cartpole.MIRROR}
+
+
+def gym_mirror(env_id: str) -> Optional[tuple]:
+    """The action permutation of ``env_id``'s mirror (:data:`GYM_MIRRORS`), or None when its
+    class has none or Gymnasium does not know the id."""
+    import gymnasium
+    try:
+        entry_point = gymnasium.spec(env_id).entry_point
+    except gymnasium.error.Error:
+        return None
+    return GYM_MIRRORS.get(entry_point) if isinstance(entry_point, str) else None
 
 
 def make_gym(env_id: str, seed: int = 0, _registered: bool = False, **kwargs) -> GymEnv:

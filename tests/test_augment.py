@@ -152,7 +152,7 @@ def test_cartpole_is_unchanged_by_its_mirror():
     # the negated state, push the second with every action swapped, and the second runs the
     # negated trajectory with the same rewards and the same end.
     assert envs.mirror_actions("cartpole").tolist() == [1, 0]
-    assert envs.mirror_actions("tictactoe") is None and envs.mirror_actions("gym:CartPole-v1") is None
+    assert envs.mirror_actions("tictactoe") is None and envs.mirror_actions("gym:Acrobot-v1") is None
     rng = np.random.default_rng(3)
     a, b = CartPoleBatch(4, seed=0), CartPoleBatch(4, seed=0)
     a.reset(), b.reset()
@@ -165,6 +165,30 @@ def test_cartpole_is_unchanged_by_its_mirror():
         np.testing.assert_array_equal(sb.reward, sa.reward)
         np.testing.assert_array_equal(sb.terminated, sa.terminated)
         if sa.terminated.any():   # the carts that ended restart from fresh (different) states
+            break
+    assert t > 3
+
+
+def test_gymnasium_cartpole_is_unchanged_by_its_mirror():
+    # The same fact for Gymnasium's CartPole class, which gym:CartPole-v0/-v1 make: a cart
+    # started in the negated state and pushed with swapped actions runs the negated
+    # trajectory. Ids of other classes and unknown ids have no mirror.
+    import gymnasium
+    assert envs.mirror_actions("gym:CartPole-v1").tolist() == [1, 0]
+    assert envs.mirror_actions("gym:CartPole-v0").tolist() == [1, 0]
+    assert envs.mirror_actions("gym:MountainCar-v0") is None and envs.mirror_actions("gym:NoSuchEnv-v0") is None
+    a, b = gymnasium.make("CartPole-v1"), gymnasium.make("CartPole-v1")
+    a.reset(seed=0), b.reset(seed=0)
+    start = np.array([0.3, -0.2, 0.04, 0.1])
+    a.unwrapped.state, b.unwrapped.state = start.copy(), -start
+    rng = np.random.default_rng(4)
+    for t in range(300):
+        action = int(rng.integers(0, 2))
+        oa, ra, ta, _, _ = a.step(action)
+        ob, rb, tb, _, _ = b.step(int(envs.mirror_actions("gym:CartPole-v1")[action]))
+        np.testing.assert_allclose(ob, -oa, atol=1e-5)
+        assert (rb, tb) == (ra, ta)
+        if ta:
             break
     assert t > 3
 

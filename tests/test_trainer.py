@@ -96,18 +96,19 @@ def test_episode_reports_with_absurd_returns_are_refused():
     learner.close()
 
 
-def test_augment_symmetries_on_cartpole_uses_its_mirror():
+@pytest.mark.parametrize("env", ["cartpole", "gym:CartPole-v1"])
+def test_augment_symmetries_on_cartpole_uses_its_mirror(env):
     import dataclasses
     from muzero import algorithms, core
     from muzero.algorithms.muzero.learning import MuZeroLearner
     algo = algorithms.get("muzero")
-    settings = algo.default_settings("cartpole")
+    settings = algo.default_settings(env)
     config = settings.config
     settings = dataclasses.replace(settings, config=dataclasses.replace(
         config, training=dataclasses.replace(config.training, augment_symmetries=True),
         network=dataclasses.replace(config.network, mlp_hidden_size=8, latent_size=4, head_hidden_size=8)))
-    algo.check_settings(settings)   # accepted: cartpole registers a mirror
-    learner = MuZeroLearner(settings, EnvDescriptor("cartpole", (4,), "float32", 2), core.RunContext())
+    algo.check_settings(settings)   # accepted: both CartPoles register a mirror
+    learner = MuZeroLearner(settings, EnvDescriptor(env, (4,), "float32", 2), core.RunContext())
     try:
         assert learner.symmetries is None and learner.mirror.tolist() == [1, 0]
     finally:
