@@ -62,8 +62,8 @@ class MuZeroBuilder(core.Builder):
         if settings.config.training.augment_symmetries and envs.board_symmetries(settings.env) is None \
                 and envs.mirror_actions(settings.env) is None:
             raise ConfigError(f"training.augment_symmetries is on but env {settings.env!r} registers no "
-                              "symmetries (board games such as tictactoe, and cartpole and gym:CartPole-v1 with their mirror, do): "
-                              "turn it off")
+                              "symmetries (board games such as tictactoe do, and cartpole and gym:CartPole-v1 "
+                              "with their mirror): turn it off")
         if devices > 1 and settings.config.training.jit_compile:
             raise ConfigError(f"training.jit_compile applies to one learner device, not --learner_devices={devices} "
                               "(XLA cannot compile the multi-device step): set training.jit_compile=false")
