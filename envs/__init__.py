@@ -107,7 +107,8 @@ def _entry(name: str) -> _Entry:
             finally:
                 env.close()
 
-        return _Entry(make_fn, describe_fn, None)
+        mirror = gym_env.gym_mirror(env_id)
+        return _Entry(make_fn, describe_fn, None, mirror=None if mirror is None else np.asarray(mirror, np.int64))
     if name.startswith("minatar:"):
         from envs import minatar
         game = name[len("minatar:"):]
@@ -149,10 +150,6 @@ def mirror_actions(name: str) -> Optional[np.ndarray]:
     are negated (see :func:`register`), or None when it registered none. ``gym:<ID>``: the
     mirror of the Gymnasium class the id makes (``envs.gym_env.GYM_MIRRORS``: CartPole's).
     Used to augment training data."""
-    if isinstance(name, str) and name.startswith("gym:"):
-        from envs import gym_env
-        mirror = gym_env.gym_mirror(name[4:])
-        return None if mirror is None else np.asarray(mirror, np.int64)
     return _entry(name).mirror
 
 
