@@ -86,3 +86,22 @@ def test_first_snapshot_is_the_earliest_export_at_the_threshold():
     assert first_snapshot(snapshots, 475.0) == 1300.0
     assert first_snapshot(snapshots, 501.0) == float("inf")
     assert first_snapshot([], 195.0) == float("inf")
+
+
+def test_network_health_counts_live_units_and_gains():
+    # bench/network_health.py's layer_report on one hidden layer of width 2 fed x = 1 and -1.
+    # Dense w = [[1, -1]], b = 0 gives [x, -x]; LayerNorm of two values is (+1, -1) or
+    # (-1, +1) whatever x (mean 0, unit variance; eps 1e-5 moves it by < 1e-5). Gains
+    # (1, 0) and offsets (0, -0.5): unit 0 outputs x, positive for x = 1 only -> live;
+    # unit 1 outputs -0.5 for every input -> dead. Live 1/2, active per state (1 + 0) / 4,
+    # mean |gain| (1 + 0) / 2.
+    import tensorflow as tf
+    from network_health import layer_report
+    from muzero.network.layers import MLP
+    mlp = MLP(1, [2], 1, np.random.default_rng(0))
+    mlp.hidden[0].w.assign([[1.0, -1.0]])
+    mlp.hidden[0].b.assign([0.0, 0.0])
+    mlp.norms[0].scale.assign([1.0, 0.0])
+    mlp.norms[0].offset.assign([0.0, -0.5])
+    [(gain, live, active)] = layer_report(mlp, tf.constant([[1.0], [-1.0]]))
+    assert (gain, live, active) == (pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.25))
