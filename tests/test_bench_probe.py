@@ -92,7 +92,7 @@ def test_network_health_counts_live_units_and_gains():
     # bench/network_health.py's layer_report on one hidden layer of width 2 fed x = 1 and -1.
     # Dense w = [[1, -1]], b = 0 gives [x, -x]; LayerNorm of two values is (+1, -1) or
     # (-1, +1) whatever x (mean 0, unit variance; eps 1e-5 moves it by < 1e-5). Gains
-    # (1, 0) and offsets (0, -0.5): unit 0 outputs x, positive for x = 1 only -> live;
+    # (1, 0) and offsets (0, -0.5): unit 0 outputs +1 for x = 1 and -1 for x = -1 -> live;
     # unit 1 outputs -0.5 for every input -> dead. Live 1/2, active per state (1 + 0) / 4,
     # mean |gain| (1 + 0) / 2.
     import tensorflow as tf
