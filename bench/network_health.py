@@ -31,17 +31,17 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def random_states(env: str, env_options: dict, num_states: int, seed: int) -> np.ndarray:
-    """[num_states, D] observations of ``env`` under uniformly random legal actions."""
+def random_states(env: str, env_options: dict, num_actions: int, num_states: int, seed: int) -> np.ndarray:
+    """[num_states, D] observations of ``env`` under uniformly random legal actions (the
+    pretraining actors' ``RandomPolicy``)."""
     import envs
+    from muzero.algorithms.muzero.acting import RandomPolicy
     batch = envs.make_batch(env, 8, seed=seed, **env_options)
-    rng = np.random.default_rng(seed)
+    policy = RandomPolicy(num_actions, np.random.default_rng(seed))
     step, states = batch.reset(), []
     while sum(len(s) for s in states) < num_states:
         states.append(np.asarray(step.observation, np.float32))
-        legal = np.asarray(step.legal_mask, bool)
-        draws = np.where(legal, rng.random(legal.shape), -1.0)
-        step = batch.step(np.argmax(draws, axis=1))
+        step = batch.step(policy.act(step.legal_mask)[0])
     return np.concatenate(states)[:num_states]
 
 
@@ -90,14 +90,13 @@ def main() -> None:
     summary = restore_parts(args.checkpoint or args.logdir, {p: getattr(network, p) for p in PARTS})
     print(f"restored {summary.source}")
 
-    states = tf.constant(random_states(env, env_options, args.states, args.seed))
+    states = tf.constant(random_states(env, env_options, descriptor.num_actions, args.states, args.seed))
     root = network.initial(states)
     hidden = root["hidden_state"]
     actions = [tf.fill([args.states], a) for a in range(descriptor.num_actions)]
-    dynamics_in = tf.concat([tf.concat([hidden, tf.one_hot(a, descriptor.num_actions)], axis=-1)
-                             for a in actions], axis=0)
+    dynamics_in = tf.concat([network.dynamics.torso_input(hidden, a) for a in actions], axis=0)
     next_hidden = tf.concat([network.recurrent(hidden, a)["hidden_state"] for a in actions], axis=0)
-    mlps = {"representation": (network.representation.torso, tf.cast(states, tf.float32)),
+    mlps = {"representation": (network.representation.torso, states),
             "dynamics": (network.dynamics.torso, dynamics_in),
             "reward_head": (network.dynamics.reward_head, next_hidden),
             "policy_head": (network.prediction.policy_head, hidden),
@@ -108,13 +107,14 @@ def main() -> None:
             print(f"{name:15s} layer {i}: |gain| {gain:.3f}  live units {live:.2f}  active per state {active:.2f}")
             first.setdefault(name, (gain, live))
     prior = tf.nn.softmax(root["policy_logits"]).numpy()
+    value = root["value"].numpy()
     print(f"prior: mean {np.round(prior.mean(axis=0), 3).tolist()}, std over states {np.round(prior.std(axis=0), 4).tolist()}")
-    print(f"value: mean {float(root['value'].numpy().mean()):.2f}, std over states {float(root['value'].numpy().std()):.2f}")
+    print(f"value: mean {float(value.mean()):.2f}, std over states {float(value.std()):.2f}")
     for name, (gain, live) in first.items():
         print(f"{name}_live={live:.3f}")
         print(f"{name}_gain={gain:.3f}")
     print(f"prior_std={float(prior.std(axis=0).max()):.4g}")
-    print(f"value_std={float(root['value'].numpy().std()):.4g}")
+    print(f"value_std={float(value.std()):.4g}")
 
 
 if __name__ == "__main__":

@@ -69,13 +69,20 @@ def register(name: str, make_fn, describe_fn, make_batch_fn=None, symmetries=Non
         if symmetries.ndim != 2 or any(sorted(p) != cells for p in symmetries.tolist()):
             raise ValueError(f"symmetries of {name!r} must be permutations [P, cells]")
     if mirror is not None:
-        mirror = np.asarray(mirror, np.int64)
         if symmetries is not None:
             raise ValueError(f"env {name!r}: give board symmetries or a mirror, not both")
-        if mirror.ndim != 1 or sorted(mirror.tolist()) != list(range(mirror.size)) \
-                or not np.array_equal(mirror[mirror], np.arange(mirror.size)):
-            raise ValueError(f"the mirror of {name!r} must be an action permutation [A] that is its own inverse")
+        mirror = _checked_mirror(name, mirror)
     _REGISTRY[name] = _Entry(make_fn, describe_fn, make_batch_fn, symmetries, mirror)
+
+
+def _checked_mirror(name: str, mirror) -> np.ndarray:
+    """``mirror`` as an [A] int64 array; ValueError unless it is an action permutation that is
+    its own inverse."""
+    mirror = np.asarray(mirror, np.int64)
+    if mirror.ndim != 1 or sorted(mirror.tolist()) != list(range(mirror.size)) \
+            or not np.array_equal(mirror[mirror], np.arange(mirror.size)):
+        raise ValueError(f"the mirror of {name!r} must be an action permutation [A] that is its own inverse")
+    return mirror
 
 
 def known_names() -> list[str]:
@@ -108,7 +115,7 @@ def _entry(name: str) -> _Entry:
                 env.close()
 
         mirror = gym_env.gym_mirror(env_id)
-        return _Entry(make_fn, describe_fn, None, mirror=None if mirror is None else np.asarray(mirror, np.int64))
+        return _Entry(make_fn, describe_fn, None, mirror=None if mirror is None else _checked_mirror(name, mirror))
     if name.startswith("minatar:"):
         from envs import minatar
         game = name[len("minatar:"):]

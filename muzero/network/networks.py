@@ -132,9 +132,12 @@ class MLPDynamics(tf.Module):
                                           config.reward_support.num_bins, rng, final_init_scale=0.01,
                                           hidden_bias=config.mlp_bias, name="reward_head")
 
+    def torso_input(self, hidden: tf.Tensor, action: tf.Tensor) -> tf.Tensor:
+        """What the torso sees: the hidden state [B, L] and the action one-hot [B, A], joined."""
+        return tf.concat([hidden, tf.one_hot(action, self.num_actions)], axis=-1)
+
     def __call__(self, hidden: tf.Tensor, action: tf.Tensor):
-        x = tf.concat([hidden, tf.one_hot(action, self.num_actions)], axis=-1)
-        change = self.torso(x)
+        change = self.torso(self.torso_input(hidden, action))
         next_hidden = layers.min_max_normalise(hidden + change if self.residual else change)
         return next_hidden, self.reward_head(next_hidden)
 
