@@ -64,7 +64,7 @@ def _cartpole() -> RunSettings:
             # No L2 penalty: under Adam its gradient is rescaled to steps of about the learning
             # rate wherever the loss's own gradient is small, and it shrank whole heads to
             # constants (docs/NETWORK.md, "Weight decay with Adam"). Without it all six measured
-            # CartPole seed runs reached 475 within 4.4 minutes (15 of 18 with 1e-4), and
+            # CartPole seed runs reached 475 within 4.4 minutes (with 1e-4, 15 of 18 within 8), and
             # LunarLander-v3 (every gym: id starts here) reached 200 in 10.4, 13.3 and 6.2
             # minutes, against 14.1, 10.8 and 8.6 with 1e-4 measured beside it (docs/BENCHMARKS.md,
             # thirtieth and thirty-fourth sessions). MinAtar, Atari and tic-tac-toe keep 1e-4
