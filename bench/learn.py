@@ -15,7 +15,9 @@
         greedy episodes with every export (a frozen snapshot, as LightZero's evaluator plays
         its policy between collections): snapshot_env_steps_to_target= (and for CartPole
         snapshot_env_steps_to_195=) is the env-step count of the first snapshot whose mean
-        reaches it. The progress line's evaluation mean (last 20 episodes of an actor playing
+        reaches it. --snapshot_every_env_steps=N (alone or with it) also exports each time the
+        env-step count passes a multiple of N, so snapshots lie about N env steps apart whatever
+        the pace (15 s is about 360 env steps at few_env_steps' pace). The progress line's evaluation mean (last 20 episodes of an actor playing
         the live network) trails the network: a 200-step episode credits its return to the
         moment it ends, and 20 of them are averaged.
 
@@ -130,14 +132,18 @@ def learn(args) -> None:
     name = args.env.replace(":", "_").replace("/", "_")
     minutes, steps, to_195, steps_195, finals = [], [], [], [], []
     snap_target, snap_195 = [], []
-    exports = (["--export=false"] if not args.snapshot_every_s else
-               [f"--export_every_secs={args.snapshot_every_s:g}", "--keep_exports=0"])
+    snapshots_on = bool(args.snapshot_every_s or args.snapshot_every_env_steps)
+    exports = ["--export=false"] if not snapshots_on else ["--keep_exports=0"]
+    if args.snapshot_every_s:
+        exports.append(f"--export_every_secs={args.snapshot_every_s:g}")
+    if args.snapshot_every_env_steps:
+        exports.append(f"--export_every_env_steps={args.snapshot_every_env_steps}")
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         logdir = os.path.join(args.root, f"{args.algo}-{name}-seed{seed}")
         shutil.rmtree(logdir, ignore_errors=True)
         train(args.env, logdir, seed, args.minutes, ["--num_eval_actors=1", *exports, *args.extra],
               algo=args.algo, stop_at=args.target if args.stop_at_target else None)
-        if args.snapshot_every_s:
+        if snapshots_on:
             start = time.time()
             snapshots = snapshot_returns(logdir, args.snapshot_episodes, seed)
             print(f"  seed {seed}: {len(snapshots)} snapshots played in {time.time() - start:.0f} s: " +
@@ -163,7 +169,7 @@ def learn(args) -> None:
         print(f"minutes_to_195={statistics.median(to_195):.2f}")
         print(f"env_steps_to_195={statistics.median(steps_195):.0f}")
         print(f"minutes_to_solve={statistics.median(minutes):.2f}")
-    if args.snapshot_every_s:
+    if snapshots_on:
         if args.cartpole:
             print(f"snapshot_env_steps_to_195={statistics.median(snap_195):.0f}")
         print(f"snapshot_env_steps_to_target={statistics.median(snap_target):.0f}")
@@ -236,6 +242,10 @@ def main() -> None:
     parser.add_argument("--snapshot_every_s", type=float, default=0.0,
                         help="export every this many seconds and play each export afterwards "
                              "(snapshot_env_steps_to_* lines); 0 = off (default)")
+    parser.add_argument("--snapshot_every_env_steps", type=int, default=0,
+                        help="also export each time the env-step count passes a multiple of this and play "
+                             "those exports too (snapshots at fixed env steps, as an evaluator run every N "
+                             "collected steps); 0 = off (default)")
     parser.add_argument("--snapshot_episodes", type=int, default=10,
                         help="greedy episodes per snapshot (default 10)")
     parser.add_argument("--root", default=os.path.join(ROOT, "runs", "bench"), help="where logdirs go")
@@ -243,8 +253,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
-    if args.snapshot_every_s < 0 or args.snapshot_episodes < 1:
-        parser.error("--snapshot_every_s must be >= 0 and --snapshot_episodes >= 1")
+    if args.snapshot_every_s < 0 or args.snapshot_every_env_steps < 0 or args.snapshot_episodes < 1:
+        parser.error("--snapshot_every_s and --snapshot_every_env_steps must be >= 0 and --snapshot_episodes >= 1")
     args.minutes = args.minutes or (15.0 if args.env == "tictactoe" else 10.0)
     sys.path.insert(0, ROOT)
     if args.env == "tictactoe":

@@ -296,6 +296,22 @@ def test_periodic_exports_are_complete_numbered_and_pruned_to_the_newest(tmp_pat
             assert json.load(f)["env"] == "cartpole"
 
 
+def test_exports_each_time_env_steps_pass_a_multiple_and_again_after_a_resume(tmp_path):
+    # The fake learner adds 10 env steps a step: with a multiple of 30 the count passes 30, 60,
+    # 90 and 120 at steps 3, 6, 9 and 12 (12 is also the final export).
+    _run(tmp_path, max_train_steps=12, export_every_env_steps=30, keep_exports=0).run()
+    names = sorted(os.listdir(tmp_path / "export"), key=lambda n: int(n.split("-")[1]))
+    assert names == ["step-3", "step-6", "step-9", "step-12"]
+    with open(tmp_path / "export" / "step-6" / "run.json") as f:
+        assert json.load(f)["env_steps"] == 60
+    # Resumed at 120 env steps with a multiple of 50: the next ones are at 150 and 200 (steps 15, 20).
+    _run(tmp_path, max_train_steps=21, export_every_env_steps=50, keep_exports=0).run()
+    names = sorted(os.listdir(tmp_path / "export"), key=lambda n: int(n.split("-")[1]))
+    assert names == ["step-3", "step-6", "step-9", "step-12", "step-15", "step-20", "step-21"]
+    with pytest.raises(ConfigError, match="export_every_env_steps=-1 is invalid"):
+        _run(tmp_path, export_every_env_steps=-1)
+
+
 def test_no_periodic_exports_by_default_and_none_at_all_with_export_off(tmp_path):
     run = _run(tmp_path / "a", max_train_steps=5)
     run.run()

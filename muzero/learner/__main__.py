@@ -79,6 +79,9 @@ flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/ste
 flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
 flags.DEFINE_float("export_every_secs", None, "Also export a SavedModel to <logdir>/export/step-<N> every this many "
                    "seconds while training (default 0: only at the end), so a killed run leaves a recent export.")
+flags.DEFINE_integer("export_every_env_steps", None, "Also export a SavedModel each time the env-step count "
+                     "passes a multiple of this (default 0: off): snapshots at fixed env steps for "
+                     "sample-efficiency curves. Combines with --export_every_secs.")
 flags.DEFINE_integer("keep_exports", None, "Exports kept in <logdir>/export (periodic ones and those of earlier "
                      "sessions), oldest step deleted first after each export (default 5; 0 keeps all).")
 flags.DEFINE_enum("launcher", None, ["local", "ray"], "Where actors run: local (processes on this machine, the "
@@ -170,7 +173,7 @@ def build_settings():
            "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
            "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
            "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "export_every_secs": FLAGS.export_every_secs,
-           "keep_exports": FLAGS.keep_exports, "launcher": FLAGS.launcher,
+           "export_every_env_steps": FLAGS.export_every_env_steps, "keep_exports": FLAGS.keep_exports, "launcher": FLAGS.launcher,
            "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
            "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
     notes = []

@@ -283,6 +283,7 @@ class Run:
         # Time counts across resumes: --max_seconds bounds the whole run, not each session.
         start = self._session_start = last_progress - self.elapsed_before
         last_env, last_step = self.env_steps, self.training_step
+        next_export_env = self._next_export_env()
         metrics: dict = {}
         record: dict = {}
         # A resumed run whose limit is already reached stops before training another step
@@ -310,13 +311,15 @@ class Run:
                 last_progress, last_env, last_step = now, self.env_steps, self.training_step
                 if self.actors is not None:
                     self.actors.poll()
-            if (self.export and s.export_every_secs and now - last_export >= s.export_every_secs
-                    and not getattr(self.learner, "no_export_reason", None)):
+            due = ((s.export_every_secs and now - last_export >= s.export_every_secs)
+                   or (s.export_every_env_steps and self.env_steps >= next_export_env))
+            if due and self.export and not getattr(self.learner, "no_export_reason", None):
                 try:
                     self.export_model()
                 except Exception as e:  # e.g. a full disk: keep training, try again next period
                     self.log(f"periodic export failed ({type(e).__name__}: {e}); training goes on")
                 last_export = now
+                next_export_env = self._next_export_env()
             if now - last_ckpt >= s.checkpoint_every_secs:
                 try:
                     self.checkpoint()
@@ -447,6 +450,12 @@ class Run:
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         self.log(f"SavedModel exported to {path} ({time.monotonic() - start:.1f} s)")
         return path
+
+    def _next_export_env(self) -> int:
+        """The env-step count that triggers the next periodic export: the first multiple of
+        ``export_every_env_steps`` above the count now (0 when that trigger is off)."""
+        k = self.settings.export_every_env_steps
+        return (self.env_steps // k + 1) * k if k else 0
 
     def _log_signal_notes(self) -> None:
         while self._signal_notes:

@@ -44,6 +44,10 @@ class RunSettings:
     # Export a SavedModel to <logdir>/export/step-<N> every this many seconds while training
     # (0: only the final export), so a run killed by a scheduler still leaves a recent one.
     export_every_secs: float = 0.0
+    # Also export each time the env-step count passes a multiple of this (0: off): snapshots
+    # that line up with env steps, for sample-efficiency curves (bench/learn.py
+    # --snapshot_every_env_steps). Either trigger exports; one export serves both.
+    export_every_env_steps: int = 0
     # step-<N> exports kept in <logdir>/export after each export (the oldest steps are
     # deleted, earlier sessions' included); 0 keeps all of them.
     keep_exports: int = 5
@@ -69,7 +73,8 @@ class RunSettings:
                   "publish_every_steps": (self.publish_every_steps, 1),
                   "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0),
                   "ray_max_restarts": (self.ray_max_restarts, -1), "learner_devices": (self.learner_devices, 1),
-                  "keep_exports": (self.keep_exports, 0)}
+                  "keep_exports": (self.keep_exports, 0),
+                  "export_every_env_steps": (self.export_every_env_steps, 0)}
         for name, (value, lo) in checks.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
