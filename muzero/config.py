@@ -153,6 +153,11 @@ class SearchConfig:
     # (SEED's tic-tac-toe flag play_max_after_moves; the pseudocode's board games
     # sample the first 30 moves).
     greedy_after_moves: int = -1
+    # pUCT acting: this fraction of each actor's envs (the last round(f * E) of its E envs)
+    # plays the most visited action at every move instead of sampling with the temperature
+    # (root noise still applies), so some of the collected episodes follow the near-greedy
+    # policy, as Ape-X gives its actors a spread of exploration rates. 0: every env samples.
+    greedy_env_fraction: float = 0.0
     # How the root spends the simulations and what the search returns as the policy target:
     # "puct" (MuZero: Dirichlet noise, pUCT everywhere, visit counts as the target, actions
     # sampled from the visits with the temperature) or "gumbel" (Gumbel MuZero, Danihelka
@@ -201,6 +206,7 @@ class SearchConfig:
         check_float(self, "gumbel_maxvisit_init", 0.0, 1e9)
         check_int(self, "num_simulations", 1, 100_000)
         check_int(self, "greedy_after_moves", -1)
+        check_float(self, "greedy_env_fraction", 0.0, 1.0)
         check_float(self, "pb_c_base", 0.0, lo_open=True)
         check_float(self, "pb_c_init", 0.0)
         check_int(self, "parent_visit_offset", 0, 1)

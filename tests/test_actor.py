@@ -1,10 +1,13 @@
 """Actor side: segment building by hand, in-tree legal masks, and the actor loop against a real
 server (a NumPy model, no TensorFlow) whose pushed segments must form valid, contiguous episodes."""
+import dataclasses
+
 import numpy as np
+import pytest
 
 import envs
 from muzero.actor.actor import Actor, ActorSettings
-from muzero.algorithms.muzero.acting import TreeLegalMasks
+from muzero.algorithms.muzero.acting import SearchPolicy, TreeLegalMasks
 from muzero.actor.segments import SegmentBuilder
 from muzero.config import SearchConfig
 from muzero.replay.store import validate_segment
@@ -194,3 +197,31 @@ def test_greedy_after_moves_samples_openings_then_plays_the_most_visited_move():
         opening_off_argmax += int((actions[:2] != most_visited[:2]).sum())
     # Temperature 1 over 6 visits spread across 9 cells: openings often leave the argmax.
     assert opening_off_argmax >= 5
+
+
+def test_greedy_env_fraction_makes_the_last_envs_play_the_most_visited_action():
+    batch, num_actions = 4, 3
+
+    def recurrent_fn(parent_node, action, new_node):   # a flat world: every move looks alike
+        return (np.zeros(batch, np.float32), np.zeros(batch, np.float32),
+                np.zeros((batch, num_actions), np.float32))
+    # round(0.5 * 4) = 2: envs 2 and 3 are greedy; envs 0 and 1 sample at temperature 1.
+    config = SearchConfig(num_simulations=6, greedy_env_fraction=0.5)
+    policy = SearchPolicy(config, batch, num_actions, np.random.default_rng(3), evaluation=False,
+                          in_tree_masks=False)
+    np.testing.assert_array_equal(policy.greedy_envs, [False, False, True, True])
+    off_argmax = np.zeros(batch, int)
+    for _ in range(60):
+        actions, result = policy.act(np.zeros(batch, np.float32), np.zeros((batch, num_actions), np.float32),
+                                     np.ones((batch, num_actions), bool), np.zeros(batch, np.int32), recurrent_fn)
+        off_argmax += actions != np.argmax(result.visit_counts, axis=1)
+    assert off_argmax[2:].tolist() == [0, 0]
+    # Six visits over three equal actions (plus root noise): sampling leaves the argmax often.
+    assert off_argmax[:2].min() >= 10
+    # round(0.3 * 8) = 2 of 8 envs; 0 makes none greedy; above 1 is refused.
+    assert SearchPolicy(dataclasses.replace(config, greedy_env_fraction=0.3), 8, num_actions,
+                        np.random.default_rng(0), evaluation=False, in_tree_masks=False).greedy_envs.sum() == 2
+    assert not SearchPolicy(SearchConfig(num_simulations=6), batch, num_actions, np.random.default_rng(0),
+                            evaluation=False, in_tree_masks=False).greedy_envs.any()
+    with pytest.raises(Exception, match="greedy_env_fraction"):
+        SearchConfig(greedy_env_fraction=1.5)

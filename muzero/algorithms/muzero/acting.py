@@ -56,7 +56,8 @@ class SearchPolicy:
     temperature follows ``search.temperature_at(training_step)`` and moves with an
     in-episode index >= ``search.greedy_after_moves`` are the most visited. With
     ``root_selection="gumbel"`` the search's own choice is played (training: with Gumbel
-    noise at the root; evaluation: without), and no temperature applies.
+    noise at the root; evaluation: without), and no temperature applies. The last
+    ``round(search.greedy_env_fraction * num_envs)`` envs always play the most visited action.
     ``in_tree_masks`` turns on :class:`TreeLegalMasks` (two-player board games).
     """
 
@@ -67,6 +68,8 @@ class SearchPolicy:
         self.evaluation = evaluation
         self.in_tree_masks = in_tree_masks
         self.workspace = allocate_tree(num_envs, search_config.num_nodes, num_actions)
+        greedy = int(round(search_config.greedy_env_fraction * num_envs))
+        self.greedy_envs = np.arange(num_envs) >= num_envs - greedy
 
     def _with_masks(self, recurrent_fn: Callable, root_legal: np.ndarray) -> Callable:
         if not self.in_tree_masks:
@@ -94,9 +97,11 @@ class SearchPolicy:
             return result.action.astype(np.int64), result
         temperature = 0.0 if self.evaluation else c.temperature_at(training_step)
         actions = select_action(result.visit_counts, temperature, self.rng)
-        if temperature > 0 and c.greedy_after_moves >= 0 and move_index is not None:
-            late = move_index >= c.greedy_after_moves
-            actions[late] = np.argmax(result.visit_counts[late], axis=1)
+        if temperature > 0:
+            greedy = self.greedy_envs
+            if c.greedy_after_moves >= 0 and move_index is not None:
+                greedy = greedy | (move_index >= c.greedy_after_moves)
+            actions[greedy] = np.argmax(result.visit_counts[greedy], axis=1)
         return actions, result
 
 
