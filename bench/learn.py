@@ -17,9 +17,10 @@
         snapshot_env_steps_to_195=) is the env-step count of the first snapshot whose mean
         reaches it. --snapshot_every_env_steps=N (alone or with it) also exports each time the
         env-step count passes a multiple of N, so snapshots lie about N env steps apart whatever
-        the pace (15 s is about 360 env steps at few_env_steps' pace). The progress line's evaluation mean (last 20 episodes of an actor playing
-        the live network) trails the network: a 200-step episode credits its return to the
-        moment it ends, and 20 of them are averaged.
+        the pace (15 s is about 360 env steps at few_env_steps' pace). The progress line's
+        evaluation mean (last 20 episodes of an actor playing the live network) trails the
+        network: a 200-step episode credits its return to the moment it ends, and 20 of them
+        are averaged.
 
     python bench/learn.py --algo=sac --env=reach --seeds=3 --minutes=5 [-- --set=training.her_relabels=0]
         Goal envs (hindsight relabelling): trains each seed for the whole budget, then plays

@@ -173,7 +173,8 @@ def build_settings():
            "max_env_steps": FLAGS.max_env_steps, "max_train_steps": FLAGS.max_train_steps,
            "max_seconds": FLAGS.max_seconds, "seed": FLAGS.seed,
            "checkpoint_every_secs": FLAGS.checkpoint_every_secs, "export_every_secs": FLAGS.export_every_secs,
-           "export_every_env_steps": FLAGS.export_every_env_steps, "keep_exports": FLAGS.keep_exports, "launcher": FLAGS.launcher,
+           "export_every_env_steps": FLAGS.export_every_env_steps, "keep_exports": FLAGS.keep_exports,
+           "launcher": FLAGS.launcher,
            "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
            "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
     notes = []
