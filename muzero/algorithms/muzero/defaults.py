@@ -209,12 +209,13 @@ _DEFAULTS = {"cartpole": _cartpole, "tictactoe": _tictactoe, "atari": _atari}
 FEW_ENV_STEPS = Preset(
     description="few env steps per unit of learning: 8 envs, segments of 10 steps, 128 samples "
                 "(one batch of 128) per env step, sampling from 200 stored steps, 50 simulations, "
+                "half of each actor's envs playing the most visited action, "
                 "the temporal consistency loss at weight 2, 20-step targets one step shorter per "
                 "250 env steps of the data's age, no L2 penalty (under Adam it shrinks the heads "
                 "to nothing)",
     sections={"replay": {"samples_per_insert": 128.0, "samples_per_insert_tolerance": 1_000.0,
                          "min_steps_to_sample": 200, "segment_length": 10},
-              "search": {"num_simulations": 50},
+              "search": {"num_simulations": 50, "greedy_env_fraction": 0.5},
               "targets": {"td_steps": 20, "td_shrink_every_steps": 250},
               "training": {"consistency_loss_weight": 2.0, "weight_decay": 0.0}},
     top={"envs_per_actor": 8},
