@@ -9,7 +9,7 @@ import envs
 from muzero.actor.actor import Actor, ActorSettings
 from muzero.algorithms.muzero.acting import SearchPolicy, TreeLegalMasks
 from muzero.actor.segments import SegmentBuilder
-from muzero.config import SearchConfig
+from muzero.config import ConfigError, SearchConfig
 from muzero.replay.store import validate_segment
 from muzero.rpc.client import InferenceClient
 from muzero.rpc.config import CacheServiceConfig
@@ -223,5 +223,5 @@ def test_greedy_env_fraction_makes_the_last_envs_play_the_most_visited_action():
                         np.random.default_rng(0), evaluation=False, in_tree_masks=False).greedy_envs.sum() == 2
     assert not SearchPolicy(SearchConfig(num_simulations=6), batch, num_actions, np.random.default_rng(0),
                             evaluation=False, in_tree_masks=False).greedy_envs.any()
-    with pytest.raises(Exception, match="greedy_env_fraction"):
+    with pytest.raises(ConfigError, match=r"SearchConfig.greedy_env_fraction=1.5 is invalid: must be in \[0.0, 1.0\]"):
         SearchConfig(greedy_env_fraction=1.5)
