@@ -207,7 +207,7 @@ _DEFAULTS = {"cartpole": _cartpole, "tictactoe": _tictactoe, "atari": _atari}
 # robot, a slow simulator), paying in training compute per env step. Measured on CartPole
 # (docs/BENCHMARKS.md): see docs/PRESETS.md for each value's reason.
 FEW_ENV_STEPS = Preset(
-    description="few env steps per unit of learning: 8 envs, segments of 10 steps, 128 samples "
+    description="few env steps per unit of learning: 4 envs, segments of 10 steps, 128 samples "
                 "(one batch of 128) per env step, sampling from 200 stored steps, 50 simulations, "
                 "half of each actor's envs playing the most visited action, "
                 "the temporal consistency loss at weight 2, 20-step targets one step shorter per "
@@ -218,7 +218,7 @@ FEW_ENV_STEPS = Preset(
               "search": {"num_simulations": 50, "greedy_env_fraction": 0.5},
               "targets": {"td_steps": 20, "td_shrink_every_steps": 250},
               "training": {"consistency_loss_weight": 2.0, "weight_decay": 0.0}},
-    top={"envs_per_actor": 8},
+    top={"envs_per_actor": 4},
 )
 
 PRESETS = {"few_env_steps": FEW_ENV_STEPS}
