@@ -7,7 +7,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export PYTHONHASHSEED ?= 0
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test bench train clean
+.PHONY: install test bench bench-guard train clean
 
 install: $(STAMP)
 
@@ -35,6 +35,12 @@ bench: install
 	@mkdir -p $(NUMBA_CACHE_DIR)
 	$(PY) -m muzero.warmup
 	@for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The short speed benchmarks and one CartPole run against a baseline commit, side by side
+# (bench/guard.py): `make bench-guard BASELINE=<rev>`; ARGS='--only=search,serving' for a subset.
+bench-guard: install
+	@test -n "$(BASELINE)" || { echo "error: name the commit to compare against: make bench-guard BASELINE=<rev>"; exit 2; }
+	$(PY) bench/guard.py --baseline=$(BASELINE) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(NUMBA_CACHE_DIR) .pytest_cache
