@@ -15,6 +15,7 @@ import pytest
 
 from e2e_helpers import ROOT
 from e2e_helpers import records as _records
+from e2e_helpers import run_module as _run
 from e2e_helpers import subprocess_env as _env
 
 def _learner(args, **kwargs):
@@ -124,6 +125,15 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     assert os.path.isdir(os.path.join(logdir, "export", f"step-{final_step}"))
     replay_before = records[-1]["replay_steps"]
 
+    # The export plays through `python -m muzero.eval` in a fresh process: the search with the
+    # export's own settings, no training code. CartPole pays one point per step survived, so
+    # a mean return lies between 8 (the shortest possible episode) and 500.
+    played = _run("muzero.eval", [f"--export_dir={os.path.join(logdir, 'export', f'step-{final_step}')}",
+                                  "--episodes=4", "--num_envs=4", "--simulations=8"], timeout=120)
+    assert played.returncode == 0, played.stderr[-2000:]
+    line = played.stdout.strip().splitlines()[-1]
+    assert line.startswith("episodes=4 mean_return=") and 8 <= float(line.split("mean_return=")[1]) <= 500, line
+
     # The same command again resumes: the step continues and the replay comes back.
     # --max_seconds bounds the whole run across resumes: 47 leaves ~12 s for this session.
     proc = _learner([*common, "--max_seconds=47"])
@@ -176,4 +186,12 @@ def test_tictactoe_defaults_train_with_sampled_openings_and_symmetries(tmp_path)
     assert config["search"]["greedy_after_moves"] == 4
     records = _records(logdir)
     assert records and records[-1]["training_step"] > 0, out[-3000:]
-    assert os.listdir(os.path.join(logdir, "export"))
+    exports = os.listdir(os.path.join(logdir, "export"))
+    assert exports
+    # Against the perfect player through `python -m muzero.eval`: every game is counted once,
+    # and a perfect player never loses, whoever moves first.
+    played = _run("muzero.eval", [f"--export_dir={os.path.join(logdir, 'export', exports[0])}", "--episodes=4",
+                                  "--num_envs=4", "--simulations=4", "--opponent=minimax"], timeout=120)
+    assert played.returncode == 0, played.stderr[-2000:]
+    counts = dict(item.split("=") for item in played.stdout.strip().splitlines()[-1].split())
+    assert int(counts["wins"]) == 0 and sum(int(counts[k]) for k in ("wins", "draws", "losses")) == 4, counts

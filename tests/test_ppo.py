@@ -271,7 +271,7 @@ def test_learner_moves_the_policy_toward_the_advantaged_action(tmp_path):
         fresh.init_from(ckpt)
 
     # export: PolicyPlayer plays the greedy action of the trained policy
-    policy_export = pytest.importorskip("muzero.algorithms.policy_export")
+    from muzero.algorithms import policy_export
     learner.export(str(tmp_path / "export"))
     player = policy_export.PolicyPlayer(str(tmp_path / "export"))
     obs = np.random.default_rng(3).normal(size=(6, 3)).astype(np.float32)
@@ -332,7 +332,7 @@ def test_builder_defaults_and_env_checks():
 
 
 def test_builder_wires_the_learner_into_the_streaming_service():
-    streaming = pytest.importorskip("muzero.algorithms.streaming")
+    from muzero.algorithms import streaming
     from muzero import core
     builder = algorithms.get("ppo")
     settings = dataclasses.replace(builder.default_settings("cartpole"), config=tiny_config())

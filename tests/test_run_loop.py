@@ -124,6 +124,11 @@ def test_trains_checkpoints_exports_and_resumes_where_it_stopped(tmp_path):
         run_json = json.load(f)
     # ... and how far training was (the counter learner makes 10 env steps per training step)
     assert run_json["env"] == "cartpole" and run_json["training_step"] == 5 and run_json["env_steps"] == 50
+    # metrics.jsonl ends with the counts at the stop and why it came, though the run was shorter
+    # than one progress period.
+    with open(tmp_path / "metrics.jsonl") as f:
+        last = json.loads(f.readlines()[-1])
+    assert (last["training_step"], last["env_steps"], last["stop_reason"]) == (5, 50, "max_train_steps=5 reached")
     lines = []
     run = _run(tmp_path, lines, max_train_steps=8)
     run.run()

@@ -73,6 +73,53 @@ def test_temperature_moves_toward_the_target_entropy(descriptor):
     assert float(tf.exp(high.log_alpha)) < before
 
 
+def _constant_outputs(torso, head, values):
+    """Zero weights and ``values`` as the head's bias: the module outputs ``values`` for any input."""
+    for layer in torso.layers:
+        layer.w.assign(tf.zeros_like(layer.w))
+        layer.b.assign(tf.zeros_like(layer.b))
+    head.w.assign(tf.zeros_like(head.w))
+    head.b.assign(tf.constant(values, tf.float32))
+
+
+def test_discrete_soft_targets_and_losses_by_hand():
+    """Discrete SAC with the entropy term active, worked by hand.
+
+    Policy logits ln[4, 2, 1, 1] -> pi = [0.5, 0.25, 0.125, 0.125],
+    log pi = [-0.693147, -1.386294, -2.079442, -2.079442], entropy H = 1.213008.
+    Both critics (online and target): Q1 = [1, 2, 3, 4], Q2 = [2, 1, 3, 5], min = [1, 1, 3, 4].
+    alpha = 0.5. Soft value of the next state:
+      V' = sum pi (min Q - alpha log pi)
+         = 0.5 (1 + 0.346574) + 0.25 (1 + 0.693147) + 0.125 (3 + 1.039721) + 0.125 (4 + 1.039721)
+         = 0.673287 + 0.423287 + 0.504965 + 0.629965 = 2.231504   (1.625 from Q, 0.606504 = alpha H)
+    Critic target y = reward_scale r + discount V' with r = 1, scale 2, discount 0.5:
+      y = 2 + 1.115752 = 3.115752.
+    Critic loss, actions [0, 1, 2, 3] taken: Q1(a) = [1, 2, 3, 4], Q2(a) = [2, 1, 3, 5]:
+      0.5 mean((Q1 - y)^2) + 0.5 mean((Q2 - y)^2)
+      = 0.5 (4.476407 + 1.244903 + 0.013399 + 0.781895) / 4 + 0.5 (1.244903 + 4.476407 + 0.013399 + 3.550391) / 4
+      = 0.814575 + 1.160638 = 1.975213
+    Actor loss: sum pi (alpha log pi - min Q) = -0.606504 - 1.625 = -2.231504.
+    Temperature loss with target entropy 1: ln(0.5) (H - 1) = -0.693147 x 0.213008 = -0.147646.
+    """
+    learner = _learner(DISCRETE, initial_alpha=0.5, reward_scale=2.0, target_entropy=1.0,
+                       critic_learning_rate=1e-9, actor_learning_rate=1e-9, alpha_learning_rate=1e-9)
+    net = learner.networks
+    _constant_outputs(net.actor_torso, net.actor_head, np.log([4.0, 2.0, 1.0, 1.0]))
+    for critics in (net.critics, net.target_critics):
+        _constant_outputs(critics[0].torso, critics[0].head, [1.0, 2.0, 3.0, 4.0])
+        _constant_outputs(critics[1].torso, critics[1].head, [2.0, 1.0, 3.0, 5.0])
+    batch = dict(_batch(DISCRETE, n=4), action=np.arange(4, dtype=np.int32), reward=np.ones(4, np.float32),
+                 discount=np.full(4, 0.5, np.float32))
+    metrics = learner.train_on(batch)
+    assert metrics["alpha"] == pytest.approx(0.5, abs=1e-6)
+    assert metrics["policy/entropy"] == pytest.approx(1.213008, abs=1e-5)
+    assert metrics["q/target_mean"] == pytest.approx(3.115752, abs=1e-5)
+    assert metrics["q/mean"] == pytest.approx(2.5, abs=1e-5)
+    assert metrics["loss/critic"] == pytest.approx(1.975213, abs=1e-5)
+    assert metrics["loss/actor"] == pytest.approx(-2.231504, abs=1e-5)
+    assert metrics["loss/alpha"] == pytest.approx(-0.147646, abs=1e-5)
+
+
 def test_target_critics_follow_by_polyak_averaging():
     learner = _learner(tau=0.25)
     net = learner.networks

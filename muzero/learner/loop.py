@@ -332,11 +332,17 @@ class Run:
         if reason:
             self.log(f"stopping: {reason}")
         self._log_signal_notes()
-        record["stop_reason"] = reason or "signal"
+        # A last record with the final counts and why the run stopped, so that metrics.jsonl
+        # always ends with the run's state at the stop (even a run shorter than one period).
+        now = time.monotonic()
+        dt = max(now - last_progress, 1e-9)
+        record = self._progress(now - start, (self.env_steps - last_env) / dt, (self.training_step - last_step) / dt,
+                                metrics, stop_reason=reason or "signal")
         self._stopped_at = time.monotonic()   # shutdown time (stopping actors) is not run time
         return record
 
-    def _progress(self, elapsed: float, env_rate: float, step_rate: float, metrics: dict) -> dict:
+    def _progress(self, elapsed: float, env_rate: float, step_rate: float, metrics: dict,
+                  stop_reason: Optional[str] = None) -> dict:
         episodes = self.context.episodes
         train_ret, eval_ret = episodes.mean_return(False), episodes.mean_return(True)
         stats = self.service.stats(reset=True)
@@ -350,6 +356,8 @@ class Run:
                   "length_train": episodes.mean_length(False), "length_eval": episodes.mean_length(True),
                   "episodes_train": episodes.count[False], "episodes_eval": episodes.count[True],
                   **extra, **batching, **metrics}
+        if stop_reason is not None:
+            record["stop_reason"] = stop_reason
 
         def write():
             tf.summary.scalar("throughput/env_steps_per_s", env_rate)
