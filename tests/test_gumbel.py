@@ -214,6 +214,28 @@ def test_gumbel_kernel_matches_reference(index):
             assert np.all(result.policy_target[b][~mask[b]] == 0.0) and mask[b][result.action[b]]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_gumbel_interior_rule_with_the_trees_range_at_large_value_scales(seed):
+    # With gumbel_q_range "tree" a node's rescaling range reaches the tree's bounds, which can
+    # lie far above its own children's Q. At value scale 30, (maxvisit_init + N) x value_scale
+    # >= 1,500, so the children's sigmas sit up to ~1,500 below the range's top: exponents
+    # taken from that top all clamp at the exp floor and every child ties, while the
+    # reference's log-softmax still ranks them. The interior rule must pick as the reference.
+    batch, num_actions = 6, 4
+    config = SearchConfig(num_simulations=40, root_selection="gumbel", discount=0.997, gumbel_q_range="tree",
+                          gumbel_value_scale=30.0, max_num_considered_actions=2)
+    rng = np.random.default_rng(700 + seed)
+    net = PathNetwork(700 + seed, batch, num_actions, use_masks=False)
+    value, logits, _ = net.root(rng)
+    gumbel = rng.gumbel(size=(batch, num_actions))
+    net.trace = []
+    result = search(RootOutputs(value, logits), net, config, rng, noise=gumbel)
+    for b in range(batch):
+        ref = run_gumbel_mcts(config, float(value[b]), logits[b], None, 0, net.one_tree(b), gumbel[b])
+        assert [(int(p[b]), int(a[b]), int(n[b])) for p, a, n in net.trace] == ref["trace"], f"tree {b}"
+        np.testing.assert_array_equal(result.visit_counts[b], ref["visit_counts"])
+
+
 def test_gumbel_parallel_kernel_matches_serial():
     batch, num_actions = 23, 9
     config = SearchConfig(num_simulations=20, root_selection="gumbel", two_player=True)

@@ -698,8 +698,9 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
     children). Later rounds score the root's existing children only (candidates have
     visits). Interior: the unvisited actions share sigma(v_mix) and N = 0, so the best of
     them is the one with the largest prior (lowest id), which the record already holds;
-    ``weights`` [A] is scratch for the children's p * exp(sigma - top). With
-    ``tree_range`` the Q range of every node includes the tree's ``min_max`` row.
+    ``weights`` [A] is scratch for the children's p * exp(sigma - top), top being the
+    node's own largest sigma. With ``tree_range`` the Q range of every node includes the
+    tree's ``min_max`` row.
     """
     num_actions = children_index.shape[2]
     weights = np.empty(num_actions, np.float64)
@@ -723,6 +724,7 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                 sum_n, max_n, sum_p, sum_pq, low, high = _completion_add(
                     sum_n, max_n, sum_p, sum_pq, low, high, records[b, c, _VISITS], records[b, c, _PRIOR],
                     records[b, c, _Q])
+            own_high = high   # the node's best visited Q, before any widening to the tree's range
             v_mix, low, high, scale = _completion_finish(node_raw_value[b, node], sum_n, max_n, sum_p, sum_pq,
                                                          low, high, unvisited >= 0, value_scale, maxvisit_init,
                                                          tree_low, tree_high)
@@ -778,7 +780,13 @@ def _gumbel_select_range(first, stop, sim, parents, actions, children_index, nod
                         action = first_legal
             else:
                 # argmax_a softmax(log p + sigma)(a) - N(a) / (1 + sum N); lowest id on ties.
-                top = scale * (high - low)   # the largest sigma; exponents are relative to it
+                # Exponents are taken relative to the largest sigma among this node's own
+                # completed Q values (its best child, or v_mix for the unvisited actions): with
+                # the tree's range the range's top can lie far above them, and exponents
+                # relative to it underflowed to the same floor for every child.
+                if unvisited >= 0:
+                    own_high = max(own_high, v_mix)
+                top = scale * (own_high - low)
                 z = 0.0
                 visited_prior = 0.0
                 for k in range(num_children):
