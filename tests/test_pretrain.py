@@ -14,7 +14,8 @@ import tensorflow as tf
 import envs
 from envs.base import EnvDescriptor
 from muzero.algorithms.muzero.acting import RandomPolicy
-from muzero.algorithms.muzero.pretraining import PretrainTrainer, init_network_from
+from muzero.algorithms.muzero.learning import init_network_from
+from muzero.algorithms.muzero.pretraining import PretrainTrainer
 from muzero.config import ConfigError, MuZeroConfig, NetworkConfig, PretrainConfig, TrainingConfig
 from muzero.learner import checkpoints
 from muzero.network import make_network

@@ -54,6 +54,7 @@ import envs
 from muzero import core
 from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
 from muzero.distribute import configure_devices, host_seed, make_strategy
+from muzero.learner.checkpoints import RestoreSummary, restore_parts
 from muzero.network import export_saved_model, make_network, make_train_step
 from muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_averager, variable_copier
@@ -240,6 +241,22 @@ class Trainer:
                 "setting it was trained with, or start a new run from it with --init_checkpoint")
 
 
+def init_network_from(trainer, path: str) -> RestoreSummary:
+    """Fine-tuning: loads into ``trainer.network`` every part a checkpoint holds
+    (``muzero.learner.checkpoints.restore_parts``: representation and pretrain head from
+    a pretraining run, every part from a MuZero run), then copies the weights to the
+    serving network. ``trainer`` has ``network``, ``copy_to_serving()`` and optionally a
+    ``strategy`` (data-parallel training: variables are assigned in its scope)."""
+    network = trainer.network
+    parts = {part: getattr(network, part) for part in PARTS}
+    parts["pretrain_head"] = network.pretrain_head
+    strategy = getattr(trainer, "strategy", None)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        summary = restore_parts(path, parts)
+    trainer.copy_to_serving()
+    return summary
+
+
 def rng_state(rng: np.random.Generator) -> dict:
     return rng.bit_generator.state
 
@@ -384,7 +401,6 @@ class MuZeroLearner(core.Learner):
     def init_from(self, path: str) -> str:
         """Fine-tuning: restores the parts the checkpoint holds; ``init_summary`` says which
         variables were restored, skipped and left new (the run loop prints it)."""
-        from muzero.algorithms.muzero.pretraining import init_network_from
         self.init_summary = init_network_from(self.trainer, path)
         self.trainer.reset_average()
         self.trainer.copy_to_serving()

@@ -13,14 +13,13 @@ Checkpoints have the MuZero learner's layout: ``model`` (a ``tf.train.Checkpoint
 names as a MuZero network's, plus ``optimizer`` and ``step``), ``replay`` and
 ``learner.json`` (the augmentation generator's state). A fine-tuning run
 (``--init_checkpoint``) restores from it whatever parts its own network has
-(``init_network_from``) and prints what it restored, skipped and left new.
+(``learning.init_network_from``) and prints what it restored, skipped and left new.
 
 The run writes no SavedModel at the end: its dynamics and prediction are untrained, so
 there is nothing to play; the log says so (``PretrainLearner.no_export_reason``).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from typing import Optional, Sequence
@@ -32,10 +31,9 @@ from muzero import core
 from muzero.algorithms.muzero.learning import MuZeroLearner, make_optimizer, set_rng_state
 from muzero.config import ConfigError, MuZeroConfig
 from muzero.distribute import host_seed
-from muzero.learner.checkpoints import RestoreSummary, restore_parts
+from muzero.learner.checkpoints import restore_parts
 from muzero.network import make_network
 from muzero.network.layers import variable_copier
-from muzero.network.networks import PARTS
 from muzero.network.pretrain import augment_views, pretrain_objective
 from muzero.replay import Replay
 
@@ -44,22 +42,6 @@ PRETRAIN_PARTS = ("representation", "pretrain_head")
 
 # Salt of the augmentation generator's seed (its draws never coincide with the replay's).
 _AUGMENT_SALT = 0x9E7A
-
-
-def init_network_from(trainer, path: str) -> RestoreSummary:
-    """Fine-tuning: loads into ``trainer.network`` every part a checkpoint holds
-    (``muzero.learner.checkpoints.restore_parts``: representation and pretrain head from
-    a pretraining run, every part from a MuZero run), then copies the weights to the
-    serving network. ``trainer`` has ``network``, ``copy_to_serving()`` and optionally a
-    ``strategy`` (data-parallel training: variables are assigned in its scope)."""
-    network = trainer.network
-    parts = {part: getattr(network, part) for part in PARTS}
-    parts["pretrain_head"] = network.pretrain_head
-    strategy = getattr(trainer, "strategy", None)
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        summary = restore_parts(path, parts)
-    trainer.copy_to_serving()
-    return summary
 
 
 class _Parts(tf.Module):
