@@ -119,6 +119,13 @@ class Learner(abc.ABC):
     waited briefly (at most ~0.1 s) and had no data.
     """
 
+    # Why this learner has nothing to export (a run that trains only part of a model), or
+    # None: the run loop then logs the reason instead of writing SavedModels.
+    no_export_reason: Optional[str] = None
+    # After ``init_from``: what it restored, skipped and left new (an object with
+    # ``lines()``), or None; the run loop prints its lines.
+    init_summary: Any = None
+
     @abc.abstractmethod
     def step(self) -> Optional[dict]:
         """One update if the data allows; metrics or None."""
@@ -244,6 +251,21 @@ class Builder(abc.ABC):
     # Named bundles of settings (``--preset=<name>``): {name: Preset}. A preset is applied
     # over the per-env defaults and under the user's own flags and --set values.
     presets: dict = {}
+    # Whether the learner trains data parallel on several devices (--learner_devices).
+    multi_device: bool = False
+    # The network parts ``--trainable_parts`` may name for fine-tuning (empty: the learner
+    # trains its whole model and refuses the flag).
+    trainable_parts: tuple = ()
+
+    def logdir_name(self, env: str) -> str:
+        """The run directory's name under runs/ when --logdir is not given."""
+        return f"{self.name}_{env}"
+
+    def resume_identity(self, config: dict) -> dict:
+        """{name: value} read from a run's config section (``RunSettings.to_dict()["config"]``)
+        that must be equal for one run to resume another's checkpoints, beyond the algorithm,
+        env and network section that every run compares. Default: nothing more."""
+        return {}
 
     @abc.abstractmethod
     def default_settings(self, env: str):

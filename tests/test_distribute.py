@@ -309,7 +309,7 @@ def test_other_algorithms_refuse_several_learner_devices(tmp_path):
     from muzero.config import ConfigError
     from muzero.learner.loop import Run
     settings = dataclasses.replace(algorithms.get("ppo").default_settings("cartpole"), learner_devices=2)
-    with pytest.raises(ConfigError, match=r"--learner_devices=2 is a MuZero option; --algo=ppo"):
+    with pytest.raises(ConfigError, match=r"--learner_devices=2: --algo=ppo trains on one device \(several: muzero\)"):
         Run(settings, str(tmp_path), log=lambda line: None)
 
 

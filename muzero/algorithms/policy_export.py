@@ -195,13 +195,13 @@ def load_description(export_dir: str) -> dict:
 
 
 def is_policy_export(export_dir: str) -> bool:
-    """True when ``export_dir`` holds a model-free policy export (its json has a ``policy``
-    signature and an ``algo`` other than MuZero)."""
+    """True when ``export_dir`` holds a policy export: its json names the ``policy``
+    signature that ``export_policy`` writes (a search-based export has other signatures)."""
     try:
         description = load_description(export_dir)
     except (OSError, ValueError):
         return False
-    return SIGNATURE in description.get("signatures", {}) and description.get("algo") not in (None, "muzero")
+    return SIGNATURE in description.get("signatures", {})
 
 
 class PolicyPlayer:

@@ -206,14 +206,17 @@ def main(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
     settings, notes = build_settings()
+    from muzero import algorithms
+    builder = algorithms.get(settings.algo)
     if FLAGS.trainable_parts is not None:
-        from muzero.config import NETWORK_PARTS as PARTS
-        bad = [p for p in FLAGS.trainable_parts if p not in PARTS]
-        if settings.algo != "muzero" or bad or not FLAGS.trainable_parts:
-            raise UsageError(f"--trainable_parts={','.join(FLAGS.trainable_parts)} is invalid: MuZero only, "
-                             f"a comma-separated subset of {', '.join(PARTS)}")
-    name = settings.env if settings.algo == "muzero" else f"{settings.algo}_{settings.env}"
-    logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", name))
+        parts = builder.trainable_parts
+        bad = [p for p in FLAGS.trainable_parts if p not in parts]
+        if not parts or bad or not FLAGS.trainable_parts:
+            which = (f"a comma-separated subset of {', '.join(parts)}" if parts else
+                     f"--algo={settings.algo} trains its whole model; algorithms that take it: "
+                     + ", ".join(n for n in algorithms.names() if algorithms.get(n).trainable_parts))
+            raise UsageError(f"--trainable_parts={','.join(FLAGS.trainable_parts)} is invalid: {which}")
+    logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", builder.logdir_name(settings.env)))
     _check_logdir(logdir)
 
     from muzero.learner.loop import Run
@@ -224,9 +227,7 @@ def main(argv):
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
                                  tls_server_name="localhost" if FLAGS.tls_cert_file else None)
     if FLAGS.preset:
-        from muzero import algorithms
-        print(f"preset {FLAGS.preset}: {algorithms.get(settings.algo).presets[FLAGS.preset].description}",
-              flush=True)
+        print(f"preset {FLAGS.preset}: {builder.presets[FLAGS.preset].description}", flush=True)
     if notes:
         print("defaults fitted to the env (set a field with --set to override it):\n"
               + "\n".join(f"  {note}" for note in notes), flush=True)

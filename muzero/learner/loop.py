@@ -78,9 +78,10 @@ class Run:
         self.descriptor = envs.describe(settings.env, **settings.env_options)
         self.builder.check_env(self.descriptor)
         self.builder.check_settings(settings)
-        if settings.learner_devices > 1 and settings.algo != "muzero":
-            raise ConfigError(f"--learner_devices={settings.learner_devices} is a MuZero option; "
-                              f"--algo={settings.algo} trains on one device: drop the flag")
+        if settings.learner_devices > 1 and not self.builder.multi_device:
+            multi = ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) or "none"
+            raise ConfigError(f"--learner_devices={settings.learner_devices}: --algo={settings.algo} trains on one "
+                              f"device (several: {multi}); drop the flag")
         self.server_config = server_config or ServerConfig()
         self.context = core.RunContext(seed=settings.seed)
         self.stop_event = self.context.stop_event
@@ -122,15 +123,18 @@ class Run:
         if not isinstance(previous, dict):
             return
         mine = self.settings.to_dict()
-        network, my_network = (previous.get("config") or {}).get("network"), mine["config"].get("network")
-        if isinstance(network, dict) and previous.get("algo", "muzero") == self.settings.algo:
-            network = self.builder.saved_network(network, self.settings, self.descriptor)
-        keys = [("algo", previous.get("algo", "muzero"), mine["algo"]), ("env", previous.get("env"), mine["env"]),
-                ("env_options", previous.get("env_options", {}), mine["env_options"]),
-                ("config.network", network, my_network),
-                # A pretraining run's checkpoints hold no dynamics or prediction (MuZero --pretrain).
-                ("config.pretrain.enabled", ((previous.get("config") or {}).get("pretrain") or {}).get("enabled", False),
-                 (mine["config"].get("pretrain") or {}).get("enabled", False))]
+        # config.json files written before runs named their algorithm hold the default one's run.
+        previous_algo = previous.get("algo", RunSettings.algo)
+        previous_config = previous.get("config") if isinstance(previous.get("config"), dict) else {}
+        network, my_network = previous_config.get("network"), mine["config"].get("network")
+        keys = [("algo", previous_algo, mine["algo"]), ("env", previous.get("env"), mine["env"]),
+                ("env_options", previous.get("env_options", {}), mine["env_options"])]
+        if previous_algo == self.settings.algo:
+            if isinstance(network, dict):
+                network = self.builder.saved_network(network, self.settings, self.descriptor)
+            keys.append(("config.network", network, my_network))
+            theirs, ours = self.builder.resume_identity(previous_config), self.builder.resume_identity(mine["config"])
+            keys += [(name, theirs.get(name), value) for name, value in ours.items()]
         for name, old, new in keys:
             if old != new:
                 hint = (self.builder.resume_hint(old, new)
@@ -185,7 +189,7 @@ class Run:
                      + (f", {extra}" if extra else "") + f", {format_duration(self.elapsed_before)} run before")
         elif self.init_checkpoint:
             src = self.learner.init_from(self.init_checkpoint)
-            summary = getattr(self.learner, "init_summary", None)   # restored / skipped / new (MuZero)
+            summary = self.learner.init_summary
             self.log(f"initialised network weights from {src}"
                      + "".join(f"\n  {line}" for line in (summary.lines() if summary else [])))
         self.server = BatchingServer(self.server_config)
@@ -313,7 +317,7 @@ class Run:
                     self.actors.poll()
             due = ((s.export_every_secs and now - last_export >= s.export_every_secs)
                    or (s.export_every_env_steps and self.env_steps >= next_export_env))
-            if due and self.export and not getattr(self.learner, "no_export_reason", None):
+            if due and self.export and not self.learner.no_export_reason:
                 try:
                     self.export_model()
                 except Exception as e:  # e.g. a full disk: keep training, try again next period
@@ -485,7 +489,7 @@ class Run:
                 except Exception as e:  # keep shutting down: a full disk must not hang the exit
                     self.log(f"final checkpoint failed: {type(e).__name__}: {e}")
                 self._log_signal_notes()
-                if self.export and getattr(self.learner, "no_export_reason", None):
+                if self.export and self.learner.no_export_reason:
                     self.log(f"no SavedModel export: {self.learner.no_export_reason}")
                 elif self.export:
                     try:

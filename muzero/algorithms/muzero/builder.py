@@ -7,7 +7,7 @@ import envs
 
 from muzero import core
 from muzero.algorithms.muzero import defaults
-from muzero.config import ConfigError, MuZeroConfig
+from muzero.config import NETWORK_PARTS, ConfigError, MuZeroConfig
 from muzero.learner.settings import replace_section
 
 
@@ -17,9 +17,18 @@ class MuZeroBuilder(core.Builder):
     ingestion = "trajectory"
     two_player = True
     presets = defaults.PRESETS
+    multi_device = True
+    trainable_parts = NETWORK_PARTS
 
     def default_settings(self, env: str):
         return defaults.run_defaults(env)
+
+    def logdir_name(self, env: str) -> str:
+        return env   # runs/<env>: the package's default algorithm
+
+    def resume_identity(self, config: dict) -> dict:
+        # A pretraining run's checkpoints hold no dynamics or prediction to resume from.
+        return {"config.pretrain.enabled": bool((config.get("pretrain") or {}).get("enabled", False))}
 
     def fit_to_env(self, settings, descriptor, changes: dict) -> tuple:
         settings, notes = defaults.fit_run_defaults(settings, descriptor, changes)
