@@ -330,6 +330,11 @@ class TargetConfig:
         check_float(self, "discount", 0.0, 1.0, lo_open=True)
         check_int(self, "stack_frames", 1, 256)
 
+    def frames_for(self, is_image: bool) -> int:
+        """Frames stacked into one network input on an env: ``stack_frames`` for image
+        observations, 1 for vector and board ones."""
+        return self.stack_frames if is_image else 1
+
 
 @dataclasses.dataclass(frozen=True)
 class ReplayConfig:

@@ -130,7 +130,7 @@ def _main_muzero(data) -> None:
     actor = ActorSettings(
         server=FLAGS.server, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
         envs_per_actor=FLAGS.envs_per_actor or settings.envs_per_actor, actor_id=FLAGS.actor_id,
-        seed=FLAGS.seed, stack_frames=cfg.targets.stack_frames if descriptor.is_image else 1,
+        seed=FLAGS.seed, stack_frames=cfg.targets.frames_for(descriptor.is_image),
         segment_length=cfg.replay.segment_length, evaluation=FLAGS.evaluation,
         max_env_steps=FLAGS.max_env_steps, client_config=_client_config(),
         random_policy=cfg.pretrain.enabled)   # a pretraining run's actors play random legal moves

@@ -64,7 +64,7 @@ class Replay:
         self.target_config = target_config
         self.seed = int(seed)
         self.is_image = descriptor.is_image
-        self.stack_frames = target_config.stack_frames if self.is_image else 1
+        self.stack_frames = target_config.frames_for(self.is_image)
         self.input_shape = network_input_shape(tuple(descriptor.observation_shape), self.is_image,
                                                self.stack_frames)
         self._store = TrajectoryStore(descriptor, replay_config.capacity_steps,

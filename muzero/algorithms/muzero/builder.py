@@ -121,7 +121,7 @@ class MuZeroBuilder(core.Builder):
             server=address, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
             envs_per_actor=settings.eval_envs_per_actor if evaluation else settings.envs_per_actor,
             actor_id=index, seed=settings.seed + 7919 * (training_step + 1), evaluation=evaluation,
-            stack_frames=cfg.targets.stack_frames if is_image else 1,
+            stack_frames=cfg.targets.frames_for(is_image),
             segment_length=cfg.replay.segment_length, client_config=client_config,
             random_policy=cfg.pretrain.enabled),)
 

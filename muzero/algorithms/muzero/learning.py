@@ -101,7 +101,7 @@ class Trainer:
 
     def __init__(self, descriptor, config: MuZeroConfig, seed: int = 0,
                  trainable_parts: Optional[Sequence[str]] = None, devices: Optional[list] = None):
-        stack = config.targets.stack_frames if descriptor.is_image else 1
+        stack = config.targets.frames_for(descriptor.is_image)
         self.config = config
         self.seed = int(seed)
         self.strategy = make_strategy(devices) if devices else None
@@ -410,7 +410,7 @@ class MuZeroLearner(core.Learner):
         from muzero.eval.evaluator import write_run
         export_saved_model(self.trainer.served_network, directory)
         write_run(directory, self.settings.env, dict(self.settings.env_options), self.config.search,
-                  self.config.targets.stack_frames if self.descriptor.is_image else 1)
+                  self.config.targets.frames_for(self.descriptor.is_image))
 
     def progress(self) -> dict:
         steps = self.replay.num_steps

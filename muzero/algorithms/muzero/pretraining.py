@@ -66,7 +66,7 @@ class PretrainTrainer:
     def __init__(self, descriptor, config: MuZeroConfig, seed: int = 0):
         self.config = config
         self.descriptor = descriptor
-        self.stack = config.targets.stack_frames if descriptor.is_image else 1
+        self.stack = config.targets.frames_for(descriptor.is_image)
         self.network = make_network(descriptor, config.network, self.stack, seed=seed, with_ssl_head=True)
         self.serving = make_network(descriptor, config.network, self.stack, seed=seed)
         self.variables = self.network.variables_of(PRETRAIN_PARTS)
