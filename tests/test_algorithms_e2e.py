@@ -38,7 +38,8 @@ def test_streaming_learner_trains_checkpoints_resumes_and_exports(tmp_path, algo
     assert done and done[1] == f"max_env_steps={env_steps} reached", proc.stdout[-2000:]
     assert int(done[3]) >= env_steps and int(done[2]) >= 1, proc.stdout[-2000:]
     records = _records(logdir)
-    assert records[-1]["stop_reason"] == done[1] and records[-1]["env_steps"] == int(done[3])
+    # (Actors may deliver a few more steps while the run shuts down, after that record.)
+    assert records[-1]["stop_reason"] == done[1] and env_steps <= records[-1]["env_steps"] <= int(done[3])
     losses = [v for r in records for k, v in r.items() if k.startswith("loss/") and v is not None]
     assert losses and all(abs(x) < 1e6 for x in losses)
     with open(os.path.join(logdir, "config.json")) as f:
