@@ -273,3 +273,26 @@ def test_probe_separates_the_typical_reward_from_the_last_step():
     assert (seen.env_steps, seen.episodes) == (20, 4)
     assert (seen.min_reward, seen.max_reward, seen.max_abs_reward) == (-10.0, 1.0, 10.0)
     assert seen.typical_abs_reward == 1.0 and seen.mean_return == -6.0
+
+
+def test_mirror_augmentation_follows_the_envs_mirror():
+    # The built-in cartpole trains half of each batch mirrored; a gym: vector task does too
+    # exactly when Gymnasium's class for the id has a mirror (CartPole's), so gym:CartPole-v1
+    # gets the built-in env's training settings and gym:Acrobot-v1 (no mirror) does not.
+    assert defaults.run_defaults("cartpole").config.training.augment_symmetries is True
+    settings = defaults.run_defaults("gym:Test-v0")
+    assert settings.config.training.augment_symmetries is False
+    probe, _ = _probe()
+    fitted, notes = defaults.fit_run_defaults(dataclasses.replace(settings, env="gym:CartPole-v1"),
+                                              _vector("gym:CartPole-v1"), {}, probe=probe)
+    assert fitted.config.training == defaults.run_defaults("cartpole").config.training
+    assert any(n.startswith("training.augment_symmetries = true: the env has a mirror") for n in notes)
+    for name in ("gym:Acrobot-v1", "gym:Test-v0"):
+        fitted, notes = defaults.fit_run_defaults(dataclasses.replace(settings, env=name), _vector(name), {},
+                                                  probe=probe)
+        assert fitted.config.training.augment_symmetries is False and not any("augment" in n for n in notes)
+    # The user's own setting is kept.
+    fitted, notes = defaults.fit_run_defaults(dataclasses.replace(settings, env="gym:CartPole-v1"),
+                                              _vector("gym:CartPole-v1"), {"training": {"augment_symmetries": False}},
+                                              probe=probe)
+    assert fitted.config.training.augment_symmetries is False and not any("augment" in n for n in notes)
