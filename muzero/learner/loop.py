@@ -338,10 +338,13 @@ class Run:
         self._log_signal_notes()
         # A last record with the final counts and why the run stopped, so that metrics.jsonl
         # always ends with the run's state at the stop (even a run shorter than one period).
+        # Its rates cover the time since the previous record, or repeat that record's when the
+        # stop came less than a second after it (a rate over a few milliseconds is noise).
         now = time.monotonic()
-        dt = max(now - last_progress, 1e-9)
-        record = self._progress(now - start, (self.env_steps - last_env) / dt, (self.training_step - last_step) / dt,
-                                metrics, stop_reason=reason or "signal")
+        dt = max(now - last_progress, 1e-6)
+        env_rate, step_rate = ((self.env_steps - last_env) / dt, (self.training_step - last_step) / dt) \
+            if dt >= 1.0 or not record else (record["env_steps_per_s"], record["train_steps_per_s"])
+        record = self._progress(now - start, env_rate, step_rate, metrics, stop_reason=reason or "signal")
         self._stopped_at = time.monotonic()   # shutdown time (stopping actors) is not run time
         return record
 
