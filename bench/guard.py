@@ -67,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="commit to guard against (hash, tag, HEAD~N)")
     parser.add_argument("--candidate", default=None, help="commit to check (default: this working tree)")
-    parser.add_argument("--runs", type=int, default=5, help="runs of each side per benchmark (default 5)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each side per benchmark (default 5, at least 3)")
     parser.add_argument("--only", default=",".join(SUITE), help=f"comma-separated subset of {', '.join(SUITE)}")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="relative fall beyond the baseline's range that counts (default 0.05)")
@@ -76,8 +76,9 @@ def main() -> None:
     unknown = [n for n in names if n not in SUITE]
     if unknown:
         parser.error(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(SUITE)}")
-    if args.runs < 1 or args.tolerance < 0:
-        parser.error("--runs must be >= 1 and --tolerance >= 0")
+    if args.runs < 3 or args.tolerance < 0:
+        parser.error("--runs must be >= 3 (fewer runs give the baseline no spread to judge a fall by) "
+                     "and --tolerance >= 0")
     falls = []
     for name in names:
         env, command, directions = SUITE[name]
