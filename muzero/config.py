@@ -272,7 +272,7 @@ class TargetConfig:
     # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. CartPole's
     # few_env_steps preset sets 250: to 20,000 env steps, seeds 0-2 each reached >= 475 with
     # it, one of them without (1,000 made the cart's drift off the track rarer but not the
-    # returns higher; docs/BENCHMARKS.md, twenty-first and twenty-second sessions).
+    # returns higher; docs/BENCHMARKS.md).
     td_shrink_every_steps: int = 0
     discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
@@ -288,7 +288,7 @@ class TargetConfig:
     # this many training steps (a target network, as EfficientZero's refreshed every 200
     # steps and LightZero's every 100) instead of the weights being trained. 0: the
     # trained weights themselves. With CartPole's few_env_steps preset, 100 made the greedy
-    # snapshots worse on all three seeds (docs/BENCHMARKS.md, nineteenth session).
+    # snapshots worse on all three seeds (docs/BENCHMARKS.md).
     value_target_update_steps: int = 0
     # Reanalyse (docs/REANALYSE.md): the learner's worker thread re-runs the search on
     # stored positions with the served weights and writes their policy target and root
@@ -412,7 +412,7 @@ class NetworkConfig:
     # model starts from "nothing changes", which a few hundred updates cannot yet teach
     # the plain torso. Same variables either way. Image and board envs (the residual conv
     # torso) refuse it. Within the seeds' spread on CartPole's few_env_steps preset
-    # (docs/BENCHMARKS.md, nineteenth session).
+    # (docs/BENCHMARKS.md).
     mlp_residual_dynamics: bool = False
     # MLP torso and heads (vector observations): the hidden layers add a bias before their
     # LayerNorm. Without one the representation sees only the direction of the observation

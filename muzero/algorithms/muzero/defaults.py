@@ -64,12 +64,10 @@ def _cartpole() -> RunSettings:
             # Cosine decay from 3e-3 to 3e-4 over 20k steps (~10 minutes here), then constant.
             # No L2 penalty: under Adam its gradient is rescaled to steps of about the learning
             # rate wherever the loss's own gradient is small, and it shrank whole heads to
-            # constants (docs/NETWORK.md, "Weight decay with Adam"). Without it all six measured
-            # CartPole seed runs reached 475 within 4.4 minutes (with 1e-4, 15 of 18 within 8), and
-            # LunarLander-v3 (every gym: id starts here) reached 200 in 10.4, 13.3 and 6.2
-            # minutes, against 14.1, 10.8 and 8.6 with 1e-4 measured beside it (docs/BENCHMARKS.md,
-            # thirtieth and thirty-fourth sessions). MinAtar, Atari and tic-tac-toe keep 1e-4
-            # until they are measured without it.
+            # constants (docs/NETWORK.md, "Weight decay with Adam"). LunarLander-v3 (every gym: id
+            # starts here) reached 200 in 10.4, 13.3 and 6.2 minutes without it, against 14.1,
+            # 10.8 and 8.6 with 1e-4 beside it (docs/BENCHMARKS.md). MinAtar, Atari and
+            # tic-tac-toe keep 1e-4 until they are measured without it.
             # Mirror augmentation (CartPole's negated state with swapped pushes, half of each
             # batch): without it the greedy policy often stalled for minutes drifting the cart off
             # one end of the track, its value falling only ~20 steps before the edge. 475 within
@@ -316,20 +314,18 @@ def fitted_discount(max_episode_steps) -> float:
 # CartPole schedule seed 0 stayed stuck crashing within ~100 steps (greedy -132 at 10 minutes),
 # and with a constant learning rate hovering to the 1,000-step limit (about 0 from minute 5 to
 # 18); at temperature 1 it ended at 160 after 25 minutes (peak 193), and seed 1 passed 200 at
-# 24.6 minutes. Seed 2 gained nothing (79 at 30 minutes, 87 before) (docs/BENCHMARKS.md,
-# thirteenth session).
+# 24.6 minutes. Seed 2 gained nothing (79 at 30 minutes, 87 before) (docs/BENCHMARKS.md).
 _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
 
 # They also train at a constant learning rate of LONG_LEARNING_RATE instead of CartPole's
 # cosine decay from 3e-3 (to 3e-4 over 20,000 steps, which suits a task solved in 2-4 minutes).
 # On LunarLander-v3 at temperature 1, the decay over 20,000 steps left seed 2 near 100 from
-# minute 10; over 75,000 steps (fourteenth session) seeds 1 and 2 passed 200 at 20.9 and 17.5
-# minutes, but seed 0 spent its first 10-25 minutes crashing in each of three runs (ending at
-# 132, -166 and -75). At a constant 1e-3 seed 0 passed (23.7 minutes) but seed 1 hovered at
-# the step limit for 25 minutes (seventeenth session); at a constant 2e-3 all three passed in
-# each of two runs, at 14.9-22.0 minutes (docs/BENCHMARKS.md, eighteenth session). The replay
-# ratio stays CartPole's 8 although the trainer waits for LunarLander's actors: at 16 it made
-# ~45 % more steps, but only seed 2 of 3 passed 200 (fifteenth session).
+# minute 10; over 75,000 steps seeds 1 and 2 passed 200 at 20.9 and 17.5 minutes, but seed 0
+# spent its first 10-25 minutes crashing in each of three runs (ending at 132, -166 and -75).
+# At a constant 1e-3 seed 0 passed (23.7 minutes) but seed 1 hovered at the step limit for 25
+# minutes; at a constant 2e-3 all three passed in each of two runs, at 14.9-22.0 minutes
+# (docs/BENCHMARKS.md). The replay ratio stays CartPole's 8 although the trainer waits for
+# LunarLander's actors: at 16 it made ~45 % more steps, but only seed 2 of 3 passed 200.
 LONG_LEARNING_RATE = 2e-3
 _LR_FIELDS = ("learning_rate", "lr_schedule", "lr_decay_steps", "lr_alpha")
 
