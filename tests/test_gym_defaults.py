@@ -296,3 +296,14 @@ def test_mirror_augmentation_follows_the_envs_mirror():
                                               _vector("gym:CartPole-v1"), {"training": {"augment_symmetries": False}},
                                               probe=probe)
     assert fitted.config.training.augment_symmetries is False and not any("augment" in n for n in notes)
+
+
+def test_hidden_mlp_biases_only_where_they_were_measured_to_help():
+    # The built-in cartpole's MLPs have no hidden biases (faster to 475 side by side); gym: ids
+    # (LunarLander) and the few_env_steps preset keep them.
+    assert defaults.run_defaults("cartpole").config.network.mlp_bias is False
+    assert defaults.run_defaults("gym:Test-v0").config.network.mlp_bias is True
+    assert defaults.FEW_ENV_STEPS.sections["network"] == {"mlp_bias": True}
+    # Nothing else of the gym: network differs from the built-in cartpole's before fitting.
+    gym = defaults.run_defaults("gym:Test-v0").config.network
+    assert dataclasses.replace(gym, mlp_bias=False) == defaults.run_defaults("cartpole").config.network

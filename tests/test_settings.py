@@ -124,7 +124,7 @@ def test_preset_sits_over_the_defaults_and_under_the_users_flags():
         assert getattr(preset, field) == value != getattr(plain, field)
     # Untouched fields keep the env's defaults.
     assert preset.config.training.learning_rate == plain.config.training.learning_rate
-    assert preset.config.network == plain.config.network
+    assert dataclasses.replace(preset.config.network, mlp_bias=plain.config.network.mlp_bias) == plain.config.network
     mine = _cli_settings(["--env=cartpole", "--preset=few_env_steps", "--simulations=7",
                           "--set=replay.samples_per_insert=3", "--envs_per_actor=5"])
     assert mine.config.search.num_simulations == 7 and mine.envs_per_actor == 5
