@@ -402,6 +402,8 @@ def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_
     # (true) would build other variables than its checkpoints hold.
     muzero = algorithms.get("muzero")
     settings = muzero.default_settings("cartpole")
+    biased = dataclasses.replace(settings.config.network, mlp_bias=True)   # as gym: ids have it
+    settings = dataclasses.replace(settings, config=dataclasses.replace(settings.config, network=biased))
     old = settings.to_dict()
     del old["config"]["network"]["mlp_bias"]
     del old["config"]["network"]["init_seed"]   # nor network.init_seed, which came later
