@@ -34,7 +34,7 @@ def parse_args(doc: str, episodes: int, episodes_help: str) -> argparse.Namespac
 
 def cartpole_player(export_dir: str, num_envs: int):
     """A greedy SavedModelPlayer for ``num_envs`` envs, with the search of the export's run."""
-    from muzero.eval.evaluator import SavedModelPlayer, load_run, search_config_from_run
+    from muzero.algorithms.muzero.evaluator import SavedModelPlayer, load_run, search_config_from_run
     run = load_run(export_dir)
     if run is None or run.get("env") != "cartpole":
         raise SystemExit(f"{export_dir} is not an export of a cartpole run (no run.json naming env cartpole)")

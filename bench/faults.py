@@ -184,7 +184,7 @@ def checkpoints_dir(logdir: str) -> str:
 
 
 def candidates(logdir: str) -> list:
-    from muzero.learner import checkpoints
+    from muzero import checkpoints
     return checkpoints.checkpoints_newest_first(logdir)
 
 
@@ -353,8 +353,8 @@ def check_replay_store(store, segment_length: int) -> dict:
 
 def check_checkpoint(path: str) -> dict:
     """Restores a checkpoint's replay (verifying it) and checks its segments."""
-    from muzero.learner import checkpoints
-    from muzero.replay import Replay
+    from muzero import checkpoints
+    from muzero.algorithms.muzero.replay import Replay
     state = checkpoints.read_state(path)
     replay = Replay.restore(os.path.join(path, "replay"))
     result = check_replay_store(replay._store, SEGMENT_LENGTH)

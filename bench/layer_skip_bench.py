@@ -31,9 +31,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from envs.base import EnvDescriptor  # noqa: E402
-from muzero.config import NetworkConfig, TrainingConfig  # noqa: E402
-from muzero.network import make_network, make_train_step  # noqa: E402
-from muzero.network.networks import draw_n_forward  # noqa: E402
+from muzero.algorithms.muzero.config import NetworkConfig, TrainingConfig  # noqa: E402
+from muzero.algorithms.muzero.network import make_network, make_train_step  # noqa: E402
+from muzero.algorithms.muzero.network.networks import draw_n_forward  # noqa: E402
 
 ATARI = EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image", frame_layout="HWC")
 K = 5

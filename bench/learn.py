@@ -108,7 +108,7 @@ def snapshot_returns(logdir: str, episodes: int, seed: int) -> list:
     """[(env_steps, training_step, mean_return)] of every export in ``logdir``, by env steps:
     each export (a frozen network) plays ``episodes`` greedy episodes."""
     from muzero.algorithms.policy_export import evaluate_policy, is_policy_export
-    from muzero.eval.evaluator import evaluate, load_run
+    from muzero.algorithms.muzero.evaluator import evaluate, load_run
     root = os.path.join(logdir, "export")
     out = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -210,7 +210,7 @@ def tictactoe(args) -> None:
     with open(os.path.join(logdir, "checkpoints", "latest")) as f:
         step = f.read().strip().split("-")[1]
     export_dir = os.path.join(logdir, "export", f"step-{step}")
-    from muzero.eval.evaluator import evaluate
+    from muzero.algorithms.muzero.evaluator import evaluate
     from envs.tictactoe import MinimaxPlayer
     start = time.time()
     result = evaluate(export_dir, 100, num_envs=10, seed=0, opponent=MinimaxPlayer(seed=0).act)

@@ -59,7 +59,7 @@ def segment(rng, t: int, num_actions: int, obs_shape: tuple) -> dict:
 
 def client_loop(address, actor_id, args, t_start, t_warm, t_end, out):
     """One client thread; appends (method, start time, seconds) to out["lat"], errors to out["err"]."""
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
     from muzero.rpc.config import ClientConfig
 
     rng = np.random.default_rng(actor_id)
@@ -163,7 +163,7 @@ def main() -> int:
         print(f"learner pid {learner.pid} serving on {address}; logdir {logdir}", flush=True)
         # Fill the replay past min_steps_to_sample and wait for the first training steps, so
         # the trainer's one-off allocations (tracing, optimizer slots) precede the warm-up.
-        from muzero.rpc.client import InferenceClient
+        from muzero.algorithms.muzero.client import InferenceClient
         with InferenceClient(address, actor_id=10**9 + 1) as c:
             rng = np.random.default_rng(0)
             shape, na = tuple(int(d) for d in c.info["input_shape"]), int(c.info["num_actions"])
@@ -217,7 +217,7 @@ def main() -> int:
             p.join(timeout=30)
         training_step = -1
         if alive:
-            from muzero.rpc.client import InferenceClient
+            from muzero.algorithms.muzero.client import InferenceClient
             with InferenceClient(address, actor_id=10**9) as c:
                 training_step = int(c.learner_info()["training_step"])
     finally:

@@ -30,7 +30,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR",
                       os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                    ".numba_cache"))
 
-from muzero.config import SearchConfig  # noqa: E402
+from muzero.mcts.config import SearchConfig  # noqa: E402
 from muzero.mcts import RootOutputs, allocate_tree, search  # noqa: E402
 from muzero.mcts.reference import run_gumbel_mcts, run_mcts  # noqa: E402
 

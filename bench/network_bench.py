@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from envs.base import EnvDescriptor  # noqa: E402
-from muzero.config import NetworkConfig, TargetConfig  # noqa: E402
-from muzero.network import make_network  # noqa: E402
+from muzero.algorithms.muzero.config import NetworkConfig, TargetConfig  # noqa: E402
+from muzero.algorithms.muzero.network import make_network  # noqa: E402
 
 
 def descriptor_for(env: str) -> tuple:

@@ -77,9 +77,10 @@ def main() -> None:
 
     import tensorflow as tf
     import envs
-    from muzero.config import NetworkConfig, from_dict
-    from muzero.learner.checkpoints import restore_parts
-    from muzero.network.networks import PARTS, make_network
+    from muzero.algorithms.muzero.config import NetworkConfig
+    from muzero.config import from_dict
+    from muzero.checkpoints import restore_parts
+    from muzero.algorithms.muzero.network.networks import PARTS, make_network
 
     env, env_options = run["env"], run.get("env_options", {})
     descriptor = envs.describe(env, **env_options)

@@ -97,7 +97,7 @@ def build_policy(seed: int = 0):
 def client_main(address: str, index: int, num_envs: int, ready, start, stop, out) -> None:
     """One thin actor: ``num_envs`` CartPole envs, one inference call per step."""
     import envs
-    from muzero.actor.streaming import StreamingClient, new_run_id
+    from muzero.algorithms.streaming_actor import StreamingClient, new_run_id
     from muzero.rpc.config import ClientConfig
 
     client = StreamingClient(address, config=ClientConfig(connect_timeout_s=60))

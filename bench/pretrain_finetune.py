@@ -67,7 +67,7 @@ def final_eval(recs: list) -> tuple:
 def final_counters(logdir: str) -> tuple:
     """(training wall seconds, env steps) at a run's end, from its last checkpoint (the
     last metrics record can be up to one progress interval older)."""
-    from muzero.learner.checkpoints import read_state, resolve_checkpoint
+    from muzero.checkpoints import read_state, resolve_checkpoint
     state = read_state(resolve_checkpoint(logdir))
     return float(state["elapsed_s"]), float(state["env_steps"])
 
@@ -152,11 +152,11 @@ def probe(env: str, pre_logdir: str, steps: int, seed: int, horizon: int) -> dic
     """Balanced accuracies of the three feature sets (see the module docstring)."""
     import envs
     import tensorflow as tf
-    from muzero.learner.checkpoints import restore_parts
-    from muzero.learner.settings import RunSettings
-    from muzero.network import make_network
+    from muzero.checkpoints import restore_parts
+    from muzero import algorithms
+    from muzero.algorithms.muzero.network import make_network
     with open(os.path.join(pre_logdir, "config.json")) as f:
-        settings = RunSettings.from_dict(json.load(f))
+        settings = algorithms.settings_from_dict(json.load(f))
     inputs, scores, done = probe_data(env, settings, steps, seed=100_000 + seed)
     labels = scores_ahead(scores, done, horizon)                 # [n, E]
     n = len(labels)

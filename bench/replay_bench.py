@@ -24,8 +24,8 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
 import numpy as np  # noqa: E402
 
 from envs.base import EnvDescriptor  # noqa: E402
-from muzero.config import ReplayConfig, TargetConfig  # noqa: E402
-from muzero.replay import Replay  # noqa: E402
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig  # noqa: E402
+from muzero.algorithms.muzero.replay import Replay  # noqa: E402
 
 DESCRIPTORS = {
     "atari": EnvDescriptor("atari", (96, 96, 1), "uint8", 18, kind="image", frame_layout="HWC"),

@@ -90,7 +90,7 @@ def build_model(latent: tuple):
 
 
 def client_main(port, index, args, input_shape, start_evt, stop_evt, results):
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
 
     nodes = args.simulations + 1
     per = args.leaves // args.inflight
@@ -179,7 +179,7 @@ class CountingProxy:
 
 
 def wire_bytes_per_leaf(port: int, args, input_shape) -> float:
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
 
     proxy = CountingProxy(port)
     per, calls = args.leaves // args.inflight, 40
@@ -205,7 +205,8 @@ def _cpu_seconds() -> float:
 
 
 def run_case(args, mode: str, latent: tuple) -> dict:
-    from muzero.rpc.config import CacheServiceConfig, ServerConfig
+    from muzero.algorithms.muzero.config import CacheServiceConfig
+    from muzero.rpc.config import ServerConfig
     from muzero.algorithms.muzero.service import serve
 
     model = build_model(latent)
@@ -257,7 +258,7 @@ def run_case(args, mode: str, latent: tuple) -> dict:
 def direct(args, latent: tuple) -> tuple:
     """In-process leaves/s: model only, and model plus cache gather/scatter."""
     import tensorflow as tf
-    from muzero.rpc.latent_cache import TFLatentCache
+    from muzero.algorithms.muzero.latent_cache import TFLatentCache
 
     model = build_model(latent)
     b, nodes = args.clients * args.leaves, args.simulations + 1

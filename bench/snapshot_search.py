@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def parse_variants(text: str, base) -> list:
     """'a=1+b=2,c=3' -> [(name, SearchConfig)]: ``base`` with each variant's fields replaced,
     checked as ``python -m muzero.eval --set`` checks them."""
-    from muzero.eval.evaluator import override_search
+    from muzero.algorithms.muzero.evaluator import override_search
     out = []
     for variant in filter(None, text.split(",")):
         try:
@@ -45,7 +45,7 @@ def play_without_tree(export_dir: str, run: dict, mode: str, episodes: int, seed
     ``run`` is the export's run.json."""
     import tensorflow as tf
     import envs
-    from muzero.eval.evaluator import load_saved_model
+    from muzero.algorithms.muzero.evaluator import load_saved_model
     descriptor = envs.describe(run["env"], **run.get("env_options", {}))
     if descriptor.is_image or descriptor.two_player:
         raise SystemExit("--no_tree plays one-player vector envs only")
@@ -80,7 +80,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
-    from muzero.eval.evaluator import evaluate, load_run, search_config_from_run
+    from muzero.algorithms.muzero.evaluator import evaluate, load_run, search_config_from_run
     root = os.path.join(args.logdir, "export")
     if not os.path.isdir(root):
         parser.error(f"{root} does not exist: train with --export_every_secs (bench/learn.py --snapshot_every_s)")

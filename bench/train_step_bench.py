@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402
 import envs  # noqa: E402
 from muzero.algorithms.muzero import defaults  # noqa: E402
 from muzero.algorithms.muzero.learning import make_optimizer  # noqa: E402
-from muzero.network import make_network, make_train_step  # noqa: E402
+from muzero.algorithms.muzero.network import make_network, make_train_step  # noqa: E402
 from layer_skip_bench import ATARI, alternating_medians, synthetic_batch  # noqa: E402
 
 def settings_for(env: str):

@@ -55,7 +55,7 @@ class Agent:
     """Greedy search moves of an export for batches of (board, to_play)."""
 
     def __init__(self, export_dir: str, simulations, **search_changes):
-        from muzero.eval.evaluator import load_run, search_config_from_run
+        from muzero.algorithms.muzero.evaluator import load_run, search_config_from_run
         self.export_dir = export_dir
         config = search_config_from_run(load_run(export_dir))
         if simulations:
@@ -65,7 +65,7 @@ class Agent:
         self._players = {}
 
     def _player(self, n):
-        from muzero.eval.evaluator import SavedModelPlayer
+        from muzero.algorithms.muzero.evaluator import SavedModelPlayer
         if n not in self._players:
             self._players[n] = SavedModelPlayer(self.export_dir, self.config, n)
         return self._players[n]

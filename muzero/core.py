@@ -136,7 +136,7 @@ class Learner(abc.ABC):
         """Updates taken so far (restored by ``restore``)."""
 
     @abc.abstractmethod
-    def copy_to_serving(self, _model: Any = None) -> None:
+    def copy_to_serving(self) -> None:
         """Copies the trained weights into the network the service answers with. Called by
         ``InferenceService.update_weights`` between two inference batches."""
 
@@ -222,6 +222,46 @@ class Launcher(abc.ABC):
 
 
 @dataclasses.dataclass(frozen=True)
+class Shortcut:
+    """A flag of an algorithm's that sets one config field: ``--<flag>=v`` is
+    ``--set=<section>.<field>=v``. ``kind``: "integer", "float", "boolean" or "string"."""
+
+    flag: str
+    section: str
+    field: str
+    kind: str
+    help: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlayRequest:
+    """What ``python -m muzero.eval`` asks of an export's algorithm (``Builder.play_export``)."""
+
+    episodes: int
+    num_envs: int
+    seed: int
+    env: Optional[str] = None             # None: the env the export's run names
+    env_options: Optional[dict] = None
+    overrides: tuple = ()                 # "section.field=value": how the export plays (e.g. search)
+    opponent: str = "none"                # two-player games: "minimax" or "random" plays the other side
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteActor:
+    """What ``python -m muzero.actor`` asks of an algorithm's remote actor (``Builder.remote_actor``)."""
+
+    server: str                      # the learner's HOST:PORT
+    envs_per_actor: Optional[int]    # None: the settings' envs_per_actor
+    actor_id: int
+    env_id_base: int                 # step-streaming actors: server env id of the first env
+    seed: int
+    evaluation: bool
+    max_env_steps: int               # 0: until stopped
+    client_config: Any               # muzero.rpc.config.ClientConfig
+    from_config: bool                # the settings came from the learner's config.json
+
+
+@dataclasses.dataclass(frozen=True)
 class Preset:
     """A named bundle of settings for a purpose (``--preset``), documented where it is defined.
 
@@ -242,10 +282,12 @@ class Builder(abc.ABC):
 
     name: str
     config_class: type
+    summary: str = ""     # a few words for --algo's help: how it acts and learns
     # "trajectory" (the actor pushes segments) or "streaming" (thin step-streaming actors)
     ingestion: str
     # The env action kinds (``envs.EnvDescriptor.action_kind``) the algorithm trains on, and
-    # whether it plays two-player alternating games; ``check_env`` refuses other envs.
+    # whether it plays two-player alternating games; ``muzero.algorithms.check_env`` refuses
+    # other envs.
     action_kinds: tuple = ("discrete",)
     two_player: bool = False
     # Named bundles of settings (``--preset=<name>``): {name: Preset}. A preset is applied
@@ -256,6 +298,9 @@ class Builder(abc.ABC):
     # The network parts ``--trainable_parts`` may name for fine-tuning (empty: the learner
     # trains its whole model and refuses the flag).
     trainable_parts: tuple = ()
+    # Command-line shortcuts to config fields (``Shortcut``): the learner, actor and evaluator
+    # command lines define them (``--simulations`` sets search.num_simulations).
+    shortcuts: tuple = ()
 
     def logdir_name(self, env: str) -> str:
         """The run directory's name under runs/ when --logdir is not given."""
@@ -281,18 +326,6 @@ class Builder(abc.ABC):
             space = getattr(descriptor, "action_space", kind)
             return f"its action space is {space} and --algo={self.name} needs {' or '.join(self.action_kinds)} actions"
         return None
-
-    def check_env(self, descriptor) -> None:
-        """Raises ``ConfigError`` (one line: the algorithm, the env's action space and the
-        algorithms that accept the env) when the env does not fit the algorithm."""
-        reason = self.refusal(descriptor)
-        if reason is None:
-            return
-        from muzero import algorithms
-        from muzero.config import ConfigError
-        accepting = algorithms.accepting(descriptor)
-        raise ConfigError(f"--algo={self.name} cannot train on env {descriptor.name!r}: {reason}; "
-                          f"algorithms accepting it: {', '.join(accepting) or 'none'}")
 
     def check_settings(self, settings) -> None:
         """Cross-field checks that need the whole ``RunSettings`` (raise ConfigError)."""
@@ -334,3 +367,17 @@ class Builder(abc.ABC):
     def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
         """Arguments of ``actor_target`` for actor ``index`` (indices >= settings.num_actors
         are evaluation actors)."""
+
+    def remote_actor(self, settings, remote: RemoteActor) -> tuple:
+        """``(banner, run)`` for ``python -m muzero.actor`` on another machine: ``run()`` acts
+        until stopped or ``remote.max_env_steps``; ``banner`` is the line printed first.
+        Raises ``ConfigError`` when the request does not fit. Default: no remote actor."""
+        from muzero.config import ConfigError
+        raise ConfigError(f"--algo={self.name} has no remote actor")
+
+    def play_export(self, export_dir: str, request: PlayRequest) -> dict:
+        """Plays an export this algorithm wrote (``python -m muzero.eval``) and returns
+        ``returns``, ``mean_return`` and what else the play measured (``wins``, ``draws``,
+        ``losses``, ``success_rate``, ``clipped_actions``). Default: no player."""
+        from muzero.config import ConfigError
+        raise ConfigError(f"exports of --algo={self.name} have no player")

@@ -7,7 +7,7 @@ they bring no speed-up). ``make_strategy(devices)`` is the ``tf.distribute.Mirro
 over them: one copy of every variable per device, kept identical because every copy
 receives the same update.
 
-One training step on R replicas (``muzero.network.loss.make_distributed_train_step``)
+One training step on R replicas (``muzero.algorithms.muzero.network.loss.make_distributed_train_step``)
 splits the batch of B samples into R contiguous slices of B / R; replica r computes the
 loss L_r on its slice and the gradient of L_r / R; the gradients are summed over the
 replicas onto the first device, clipped there and applied once to every copy. Because the
@@ -24,7 +24,7 @@ replicas need no seeds of their own: the MuZero train step draws no random numbe
 the graph (all copies take one update, so any draw must be the same on every replica).
 The one random number of a step, layer skipping's ``n_forward``
 (``NetworkConfig.skip_fraction``), is drawn on the host from (run seed, training step) by
-``muzero.network.networks.draw_n_forward`` and handed to every replica as the same scalar
+``muzero.algorithms.muzero.network.networks.draw_n_forward`` and handed to every replica as the same scalar
 tensor. The network's initial weights are a function of the run seed alone (every host
 and replica starts from the same weights). Today there is one learner host,
 index 0.

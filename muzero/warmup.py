@@ -37,7 +37,7 @@ def _search(root_selection: str, parallel: bool, readonly: bool) -> None:
     """One small search. ``readonly``: the network outputs are read-only arrays, as an actor's
     are (the gRPC client decodes them as ``np.frombuffer`` views), which Numba compiles as
     other argument types than the writable arrays of in-process callers."""
-    from muzero.config import SearchConfig
+    from muzero.mcts.config import SearchConfig
     from muzero.mcts import RootOutputs, search
 
     batch, actions, sims = 2, 3, 4
@@ -59,8 +59,8 @@ def _search(root_selection: str, parallel: bool, readonly: bool) -> None:
 
 def _replay() -> None:
     from envs.base import EnvDescriptor
-    from muzero.config import ReplayConfig, TargetConfig
-    from muzero.replay import Replay
+    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+    from muzero.algorithms.muzero.replay import Replay
 
     descriptor = EnvDescriptor("warmup", (2, 2, 1), "uint8", 2, kind="image", frame_layout="HWC")
     replay = Replay(descriptor, ReplayConfig(capacity_steps=32, min_steps_to_sample=1),

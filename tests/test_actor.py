@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 import envs
-from muzero.actor.actor import Actor, ActorSettings
+from muzero.algorithms.muzero.actor import Actor, ActorSettings
 from muzero.algorithms.muzero.acting import SearchPolicy, TreeLegalMasks
-from muzero.actor.segments import SegmentBuilder
-from muzero.config import ConfigError, SearchConfig
+from muzero.algorithms.muzero.segments import SegmentBuilder
+from muzero.config import ConfigError
+from muzero.mcts.config import SearchConfig
 from muzero.replay.store import validate_segment
-from muzero.rpc.client import InferenceClient
-from muzero.rpc.config import CacheServiceConfig
+from muzero.algorithms.muzero.client import InferenceClient
+from muzero.algorithms.muzero.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 
 

@@ -8,7 +8,7 @@ import pytest
 import envs
 from envs.tictactoe import EMPTY, SYMMETRIES, TicTacToe, observation_planes, winner
 from envs.cartpole import MIRROR, CartPoleBatch
-from muzero.replay.augment import augment_board_batch, augment_mirror_batch, inverse_permutations
+from muzero.algorithms.muzero.augment import augment_board_batch, augment_mirror_batch, inverse_permutations
 
 
 def _batch(obs, actions, policy):

@@ -1,7 +1,7 @@
 """Which checkpoint a run resumes from: 'latest', and the fallback when 'latest' is unusable."""
 import os
 
-from muzero.learner.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
+from muzero.checkpoints import CHECKPOINTS, LATEST, resolve_checkpoint
 
 
 def _ckpt(root, step, complete=True):

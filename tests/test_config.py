@@ -3,8 +3,10 @@ import json
 
 import pytest
 
-from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig,
-                           SupportConfig, TargetConfig, TrainingConfig)
+from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SupportConfig,
+                                             TargetConfig, TrainingConfig)
+from muzero.config import ConfigError
+from muzero.mcts.config import SearchConfig
 
 
 @pytest.mark.parametrize("cls,kwargs,needle", [

@@ -1,4 +1,4 @@
-"""EfficientZero's temporal consistency loss and the projection/predictor heads (muzero.network.ssl).
+"""EfficientZero's temporal consistency loss and the projection/predictor heads (muzero.algorithms.muzero.network.ssl).
 
 Checked against hand-worked cosines, a by-hand unroll that applies the network's own
 projection and predictor outside the loss, by-hand gradients with a constant target, the
@@ -16,12 +16,13 @@ import pytest
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import NetworkConfig, ReplayConfig, SupportConfig, TargetConfig, TrainingConfig
-from muzero.network import export_saved_model, make_network
-from muzero.network.loss import compute_loss
-from muzero.network.ssl import negative_cosine
-from muzero.replay import Replay
-from muzero.replay.augment import augment_board_batch
+from muzero.algorithms.muzero.config import (NetworkConfig, ReplayConfig, SupportConfig, TargetConfig,
+                                             TrainingConfig)
+from muzero.algorithms.muzero.network import export_saved_model, make_network
+from muzero.algorithms.muzero.network.loss import compute_loss
+from muzero.algorithms.muzero.network.ssl import negative_cosine
+from muzero.algorithms.muzero.replay import Replay
+from muzero.algorithms.muzero.augment import augment_board_batch
 
 VECTOR = EnvDescriptor("vec", (4,), "float32", 2)
 K = 2
@@ -254,7 +255,7 @@ def test_board_symmetry_moves_the_next_observations_too():
 
 def test_trainer_builds_the_head_and_its_replay_gathers_next_observations(tmp_path):
     from muzero.algorithms.muzero.learning import Trainer
-    from muzero.config import MuZeroConfig
+    from muzero.algorithms.muzero.config import MuZeroConfig
     config = MuZeroConfig(targets=TargetConfig(num_unroll_steps=K, stack_frames=1), network=NET,
                           training=TrainingConfig(batch_size=4, consistency_loss_weight=2.0))
     trainer = Trainer(VECTOR, config, seed=3)
@@ -290,7 +291,7 @@ def test_trainer_builds_the_head_and_its_replay_gathers_next_observations(tmp_pa
 def _two_device_setup():
     """(descriptor, config, batch) of the two-device check: a board net with 2 residual
     blocks, layer skipping and the consistency loss on, one unroll step (a quicker trace)."""
-    from muzero.config import MuZeroConfig
+    from muzero.algorithms.muzero.config import MuZeroConfig
     board = EnvDescriptor("board", (3, 3, 3), "uint8", 9, kind="board")
     net = NetworkConfig(value_support=SupportConfig(-1.0, 1.0, 3, False),
                         reward_support=SupportConfig(-1.0, 1.0, 3, False), conv_channels=4,

@@ -29,8 +29,8 @@ SGD_LR = 0.5
 # ------------------------------------------------------------------------- child process
 
 def _config(**training):
-    from muzero.config import (MuZeroConfig, NetworkConfig, SupportConfig, TargetConfig,
-                               TrainingConfig)
+    from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, SupportConfig, TargetConfig,
+                                                 TrainingConfig)
     network = NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
                             reward_support=SupportConfig(-2.0, 2.0, 5, True),
                             mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8)
@@ -76,7 +76,7 @@ def _child() -> dict:
 
     from envs.base import EnvDescriptor
     from muzero.algorithms.muzero.learning import Trainer
-    from muzero.network import export_saved_model
+    from muzero.algorithms.muzero.network import export_saved_model
     vector = EnvDescriptor("vec", (4,), "float32", 2)
     res = {"devices": devices, "again": configure_devices(2),
            "logical_cpus": [d.name for d in tf.config.list_logical_devices("CPU")]}

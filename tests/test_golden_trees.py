@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pytest
 
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, search, select_action
 from muzero.mcts.reference import run_gumbel_mcts, run_mcts
 from tests.test_mcts_parity import PathNetwork

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from muzero.algorithms.muzero.acting import SearchPolicy
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, search
-from muzero.mcts import kernels
+from muzero.mcts import gumbel_kernels
 from muzero.mcts.gumbel import considered_visit_sequence, considered_visit_table, root_log_prior
 from muzero.mcts.reference import (Node, completed_sigma, considered_visits, gumbel_interior_child,
                                    run_gumbel_mcts)
@@ -107,7 +107,7 @@ def test_root_outputs_kernel_worked_example():
     logp = np.log(np.repeat(prior[None], 2, axis=0))
     gumbel = np.array([[0.0, 9.0, 9.0], [0.0, 6.0, 0.0]])
     no_bounds = np.array([[np.inf, -np.inf]] * 2)
-    improved, action = kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
+    improved, action = gumbel_kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
                                                    node_raw_value, logp, logp + gumbel, 0.1, 50.0, no_bounds, False)
     np.testing.assert_allclose(improved[0], IMPROVED, rtol=1e-6)
     # Tree 0: only action 0 has the most visits (2), whatever the noise on the others.
@@ -153,7 +153,7 @@ def test_tree_q_range_worked_example():
     logp = np.log(prior)[None]
     base = logp + np.array([[0.0, 3.5, 0.0]])
     bounds = np.array([[-3.0, 2.0]])
-    outputs = {tree: kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
+    outputs = {tree: gumbel_kernels.gumbel_root_outputs(children_index, children_visits, children_q, children_prior,
                                                  node_raw_value, logp, base, 0.1, 50.0, bounds, tree)
                for tree in (False, True)}
     assert int(outputs[False][1][0]) == 0 and int(outputs[True][1][0]) == 1

@@ -11,7 +11,7 @@ import pytest
 from envs.base import EnvDescriptor
 from envs.probe import RewardProbe, probe_rewards
 from muzero.algorithms.muzero import defaults
-from muzero.config import SupportConfig
+from muzero.algorithms.muzero.config import SupportConfig
 
 
 def _probe(max_abs=1.0, lo=1.0, hi=1.0, typical=None):

@@ -10,9 +10,10 @@ import pytest
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import ConfigError, NetworkConfig, SupportConfig
-from muzero.network import make_network
-from muzero.network.networks import draw_n_forward, skip_bounds
+from muzero.algorithms.muzero.config import NetworkConfig, SupportConfig
+from muzero.config import ConfigError
+from muzero.algorithms.muzero.network import make_network
+from muzero.algorithms.muzero.network.networks import draw_n_forward, skip_bounds
 
 BOARD = EnvDescriptor("board", (3, 3, 3), "uint8", 9, kind="board")
 BLOCKS = 3
@@ -178,7 +179,7 @@ def test_skipped_blocks_get_no_gradient(net):
 
 def test_trainer_draws_per_step():
     from muzero.algorithms.muzero.learning import Trainer
-    from muzero.config import MuZeroConfig, TargetConfig, TrainingConfig
+    from muzero.algorithms.muzero.config import MuZeroConfig, TargetConfig, TrainingConfig
     config = MuZeroConfig(targets=TargetConfig(num_unroll_steps=1, stack_frames=1),
                           network=_config(skip_warmup_steps=10),
                           training=TrainingConfig(batch_size=2))

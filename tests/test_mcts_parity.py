@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, search, select_action
 from muzero.mcts.reference import run_mcts
 

@@ -10,7 +10,8 @@ formula of docs/SEARCH.md (the MuZero pseudocode), not taken from the code:
 import numpy as np
 import pytest
 
-from muzero.config import ConfigError, SearchConfig
+from muzero.config import ConfigError
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, allocate_tree, dirichlet_noise, search, select_action
 
 
@@ -386,12 +387,12 @@ def test_warmup_compiles_the_signatures_an_actors_search_uses(root_selection):
     """An actor's network outputs arrive as read-only views of the gRPC message, which Numba
     types apart from writable arrays: the warm-up must compile those signatures too, or every
     actor of a fresh clone compiles the search again."""
-    from muzero.mcts import kernels
+    from muzero.mcts import gumbel_kernels, kernels
     from muzero.rpc import wire
     from muzero.warmup import compile_group
 
     compile_group(f"{root_selection}_serial")
-    step = kernels.gumbel_step_serial if root_selection == "gumbel" else kernels.step_serial
+    step = gumbel_kernels.gumbel_step_serial if root_selection == "gumbel" else kernels.step_serial
     warmed = {fn: set(fn.signatures) for fn in (kernels.init_roots, step)}
     rng = np.random.default_rng(3)
     root = wire.decode(wire.encode({"value": rng.random(5, dtype=np.float32),

@@ -197,7 +197,7 @@ def test_same_seed_same_trajectory_and_batch_seeds():
 
 def test_muzero_defaults_build_a_network():
     from muzero.algorithms.muzero.defaults import run_defaults
-    from muzero.network.networks import make_network
+    from muzero.algorithms.muzero.network.networks import make_network
     settings = run_defaults("minatar:Seaquest")
     cfg = settings.config
     assert settings.env == "minatar:Seaquest"

@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import NetworkConfig, SupportConfig
-from muzero.network import MuZeroNetwork, make_network
-from muzero.network.support import np_logits_to_scalar
+from muzero.algorithms.muzero.config import NetworkConfig, SupportConfig
+from muzero.algorithms.muzero.network import MuZeroNetwork, make_network
+from muzero.algorithms.muzero.network.support import np_logits_to_scalar
 
 SMALL = SupportConfig(low=-5.0, high=5.0, num_bins=11, use_transform=False)
 TINY = NetworkConfig(value_support=SMALL, reward_support=SupportConfig(num_bins=21, low=-10.0,

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 
 from envs.base import EnvDescriptor
-from muzero.config import NetworkConfig, SupportConfig
-from muzero.network import export_saved_model, make_network
+from muzero.algorithms.muzero.config import NetworkConfig, SupportConfig
+from muzero.algorithms.muzero.network import export_saved_model, make_network
 
 TINY = NetworkConfig(value_support=SupportConfig(num_bins=21, low=-10.0, high=10.0),
                      reward_support=SupportConfig(num_bins=7, low=-3.0, high=3.0,
@@ -98,8 +98,8 @@ def test_export_loads_in_a_separate_process(tmp_path):
 def test_saved_model_player_reports_the_root_value_it_searched_from(tmp_path):
     # The evaluator's player: one greedy search per call; last_root_value is the exported
     # model's value of the observations (what bench/cartpole_endings.py prints).
-    from muzero.config import SearchConfig
-    from muzero.eval.evaluator import SavedModelPlayer
+    from muzero.mcts.config import SearchConfig
+    from muzero.algorithms.muzero.evaluator import SavedModelPlayer
     descriptor, stack = MODELS["vector"]
     net = make_network(descriptor, TINY, stack, seed=3)
     export_saved_model(net, str(tmp_path / "m"))
@@ -114,8 +114,8 @@ def test_saved_model_player_reports_the_root_value_it_searched_from(tmp_path):
 
 def test_evaluate_refuses_bad_input_with_one_clear_error(tmp_path):
     import pytest
-    from muzero.config import SearchConfig
-    from muzero.eval.evaluator import evaluate, write_run
+    from muzero.mcts.config import SearchConfig
+    from muzero.algorithms.muzero.evaluator import evaluate, write_run
     descriptor, stack = MODELS["vector"]
     path = str(tmp_path / "m")
     export_saved_model(make_network(descriptor, TINY, stack, seed=3), path)
@@ -137,8 +137,9 @@ def test_evaluate_refuses_bad_input_with_one_clear_error(tmp_path):
 
 def test_evaluator_search_overrides_are_checked_like_the_learners_set():
     import pytest
-    from muzero.config import ConfigError, SearchConfig
-    from muzero.eval.evaluator import override_search
+    from muzero.config import ConfigError
+    from muzero.mcts.config import SearchConfig
+    from muzero.algorithms.muzero.evaluator import override_search
     base = SearchConfig(num_simulations=8, gumbel_value_scale=0.02)
     assert override_search(base) is base
     got = override_search(base, None, ["search.root_selection=gumbel", "search.gumbel_q_range=tree",
@@ -173,8 +174,8 @@ def test_evaluator_search_overrides_are_checked_like_the_learners_set():
 def test_evaluation_root_fields_make_the_player_search_by_that_root(tmp_path):
     # A pUCT-trained run that evaluates by Gumbel's root plays, in evaluation, exactly as a
     # Gumbel run at that value scale does, and differs from pUCT's most visited move here.
-    from muzero.config import SearchConfig
-    from muzero.eval.evaluator import SavedModelPlayer
+    from muzero.mcts.config import SearchConfig
+    from muzero.algorithms.muzero.evaluator import SavedModelPlayer
     descriptor, stack = MODELS["vector"]
     export_saved_model(make_network(descriptor, TINY, stack, seed=3), str(tmp_path / "m"))
     obs = np.random.default_rng(2).normal(size=(16, 4)).astype(np.float32)
@@ -192,8 +193,8 @@ def test_gumbel_root_evaluation_plays_without_gumbel_noise(tmp_path):
     # Evaluation drops the Gumbel draws, so the played actions cannot depend on the rng; with
     # one simulation per considered action the choice is argmax(logits + sigma(completed Q)),
     # which differs from the prior's argmax only through the searched values.
-    from muzero.config import SearchConfig
-    from muzero.eval.evaluator import SavedModelPlayer
+    from muzero.mcts.config import SearchConfig
+    from muzero.algorithms.muzero.evaluator import SavedModelPlayer
     descriptor, stack = MODELS["vector"]
     export_saved_model(make_network(descriptor, TINY, stack, seed=3), str(tmp_path / "m"))
     obs = np.random.default_rng(2).normal(size=(16, 4)).astype(np.float32)

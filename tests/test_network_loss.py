@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import NetworkConfig, SupportConfig, TrainingConfig
-from muzero.network import compute_loss, make_network, make_train_step
+from muzero.algorithms.muzero.config import NetworkConfig, SupportConfig, TrainingConfig
+from muzero.algorithms.muzero.network import compute_loss, make_network, make_train_step
 
 THREE = SupportConfig(low=-1.0, high=1.0, num_bins=3, use_transform=False)  # bins -1, 0, 1
 CONFIG = NetworkConfig(value_support=THREE, reward_support=THREE, mlp_hidden_size=8,

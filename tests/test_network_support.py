@@ -6,8 +6,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from muzero.config import SupportConfig
-from muzero.network import support as S
+from muzero.algorithms.muzero.config import SupportConfig
+from muzero.algorithms.muzero.network import support as S
 
 ATARI = SupportConfig()  # 601 bins over h-space [-300, 300], eps 0.001
 LINEAR5 = SupportConfig(low=-2.0, high=2.0, num_bins=5, use_transform=False)

@@ -257,7 +257,7 @@ def test_learner_moves_the_policy_toward_the_advantaged_action(tmp_path):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
 
     # init_from a run's logdir (checkpoints written as the run loop does): weights only
-    from muzero.learner import checkpoints
+    from muzero import checkpoints
     ckpt = checkpoints.save_checkpoint(str(tmp_path / "run"), learner.training_step, learner.save,
                                        {"algo": "ppo", "env": "vec"})
     fresh = PPOLearner(VECTOR, config, seed=9)
@@ -315,15 +315,14 @@ def test_builder_defaults_and_env_checks():
     t = cartpole.config.training
     assert cartpole.algo == "ppo" and cartpole.num_actors * cartpole.envs_per_actor == t.batch_size == 8
     assert t.unroll_length * t.batch_size == 256 and t.epochs == 20
-    from muzero.learner.settings import RunSettings
-    assert RunSettings.from_dict(json.loads(cartpole.to_json())) == cartpole
+    assert algorithms.settings_from_dict(json.loads(cartpole.to_json())) == cartpole
     assert builder.default_settings("atari").config.network.torso == "atari"
     assert builder.default_settings("gym:Acrobot-v1").env == "gym:Acrobot-v1"
     with pytest.raises(ValueError, match="cartpole"):
         builder.default_settings("tictactoe")
-    builder.check_env(VECTOR)
+    algorithms.check_env(builder, VECTOR)
     with pytest.raises(ConfigError, match="ppo.*two-player.*muzero"):
-        builder.check_env(EnvDescriptor("tictactoe", (3, 3, 3), "uint8", 9, two_player=True, kind="board"))
+        algorithms.check_env(builder, EnvDescriptor("tictactoe", (3, 3, 3), "uint8", 9, two_player=True, kind="board"))
     builder.check_settings(cartpole)
     with pytest.raises(ConfigError, match="publish_every_steps"):
         builder.check_settings(dataclasses.replace(cartpole, publish_every_steps=3))

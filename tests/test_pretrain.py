@@ -16,10 +16,11 @@ from envs.base import EnvDescriptor
 from muzero.algorithms.muzero.acting import RandomPolicy
 from muzero.algorithms.muzero.learning import init_network_from
 from muzero.algorithms.muzero.pretraining import PretrainTrainer
-from muzero.config import ConfigError, MuZeroConfig, NetworkConfig, PretrainConfig, TrainingConfig
-from muzero.learner import checkpoints
-from muzero.network import make_network
-from muzero.network.pretrain import (add_gaussian_noise, augment_images, augment_views, nt_xent,
+from muzero.algorithms.muzero.config import MuZeroConfig, NetworkConfig, PretrainConfig, TrainingConfig
+from muzero.config import ConfigError
+from muzero import checkpoints
+from muzero.algorithms.muzero.network import make_network
+from muzero.algorithms.muzero.network.pretrain import (add_gaussian_noise, augment_images, augment_views, nt_xent,
                                      scale_brightness, shift_images, simsiam_loss)
 
 SMALL_NET = NetworkConfig(mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8,
@@ -47,7 +48,7 @@ def test_nt_xent_worked_example():
 
 
 def test_contrastive_accuracy_counts_rows_whose_nearest_other_row_is_their_partner():
-    from muzero.network.pretrain import contrastive_accuracy
+    from muzero.algorithms.muzero.network.pretrain import contrastive_accuracy
     a = tf.constant([[1.0, 0.0], [0.0, 1.0]])
     # z = [a; b]: nearest other row of z1 = (1, 0) is z3 = (1, .1), of z2 is z4, and back: 4 of 4.
     assert float(contrastive_accuracy(a, tf.constant([[1.0, 0.1], [0.1, 1.0]]))) == 1.0
@@ -267,7 +268,7 @@ def test_a_shape_mismatch_names_the_variable_and_both_shapes(cartpole, tmp_path)
 # ---------------------------------------------------- learner, builder, actor pushes
 
 def test_push_chunks_stay_within_the_message_limits():
-    from muzero.actor.actor import PUSH_MAX_BYTES, PUSH_MAX_TENSORS, push_chunk_length
+    from muzero.algorithms.muzero.actor import PUSH_MAX_BYTES, PUSH_MAX_TENSORS, push_chunk_length
     segment = {f"t{i}": np.zeros(10, np.float32) for i in range(10)}     # 10 tensors, 400 bytes
     # 4 tensors are kept for the report: 4 + 10 k <= 2048 -> k = 204.
     assert PUSH_MAX_TENSORS == 2048 and push_chunk_length([segment] * 1000) == 204
@@ -277,7 +278,7 @@ def test_push_chunks_stay_within_the_message_limits():
 
 
 def _random_segments(descriptor, count, seed):
-    from muzero.actor.segments import SegmentBuilder
+    from muzero.algorithms.muzero.segments import SegmentBuilder
     rng, builder, out = np.random.default_rng(seed), SegmentBuilder(4, (4,), np.float32, 2, 10, False), []
     policy = RandomPolicy(2, rng)
     while len(out) < count:
@@ -295,11 +296,11 @@ def test_the_builder_picks_the_pretraining_learner_which_resumes_and_hands_over(
     from muzero.algorithms.muzero.builder import BUILDER
     from muzero.algorithms.muzero.learning import MuZeroLearner
     from muzero.algorithms.muzero.pretraining import PretrainLearner
-    from muzero.config import ReplayConfig
-    from muzero.learner.settings import RunSettings
+    from muzero.algorithms.muzero.config import ReplayConfig
+    from muzero.settings import RunSettings
     config = dataclasses.replace(_config(), replay=ReplayConfig(capacity_steps=1000, segment_length=10,
                                                                 min_steps_to_sample=20))
-    settings = RunSettings(env="cartpole", config=config)
+    settings = RunSettings(env="cartpole", algo="muzero", config=config)
     learner = BUILDER.make_learner(settings, cartpole, core.RunContext())
     assert isinstance(learner, PretrainLearner)
     assert BUILDER.actor_args(settings, 0, "127.0.0.1:1", None, 0)[0].random_policy

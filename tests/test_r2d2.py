@@ -127,7 +127,7 @@ def test_priority_eta_mix():
 # -- the learner: initial priorities, refresh, one training step -----------------------------------
 
 def _tiny_settings(**replay):
-    from muzero.learner.settings import RunSettings
+    from muzero.settings import RunSettings
     config = R2D2Config(
         network=R2D2NetworkConfig(torso="mlp", mlp_hidden_sizes=(8,), lstm_size=8, head_hidden_size=0),
         replay=R2D2ReplayConfig(**{"capacity": 16, "min_size": 4, "samples_per_insert": 0.0, **replay}),
@@ -272,7 +272,7 @@ def test_unroll_matches_stepping_with_episode_resets():
 # -- configuration ---------------------------------------------------------------------------------
 
 def test_config_validation_names_the_field():
-    from muzero.learner.settings import replace_section
+    from muzero.settings import replace_section
     cases = [(lambda: R2D2TrainingConfig(unroll_length=4, n_step=5), "R2D2TrainingConfig.n_step=5"),
              (lambda: R2D2TrainingConfig(burn_in=-1), "R2D2TrainingConfig.burn_in=-1"),
              (lambda: R2D2TrainingConfig(discount=1.5), "R2D2TrainingConfig.discount=1.5"),

@@ -14,10 +14,13 @@ import pytest
 from envs.base import EnvDescriptor
 from muzero.algorithms.muzero.reanalyse import ReanalyseWorker
 from muzero.algorithms.muzero.service import MuZeroService
-from muzero.config import ConfigError, ReplayConfig, SearchConfig, TargetConfig
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+from muzero.config import ConfigError
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, search
-from muzero.replay import Replay
-from muzero.rpc.config import CacheServiceConfig, ServerConfig
+from muzero.algorithms.muzero.replay import Replay
+from muzero.algorithms.muzero.config import CacheServiceConfig
+from muzero.rpc.config import ServerConfig
 from muzero.rpc.server import BatchingServer
 from muzero.rpc.testing import ToyModel
 
@@ -244,7 +247,7 @@ def test_refreshed_targets_and_versions_survive_a_snapshot(tmp_path):
 
 
 def test_the_worker_batches_with_an_actor_through_the_server():
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
     # An initial_inference batch closes 0.5 s after its first request: the actor's and the
     # worker's, sent together, meet in it.
     server, service = serve_toy(initial_max_wait_ms=500.0, recurrent_max_wait_ms=1.0,
@@ -307,7 +310,7 @@ def test_bad_settings_are_refused_in_one_line(field, value, message):
 def test_bad_fraction_from_set_flags_is_a_config_error():
     # --set=targets.reanalyse_fraction=2 goes through replace_sections (muzero.learner).
     from muzero import algorithms
-    from muzero.learner.settings import replace_sections
+    from muzero.settings import replace_sections
     settings = algorithms.get("muzero").default_settings("cartpole")
     assert settings.config.targets.reanalyse_fraction == 0.0         # off by default
     with pytest.raises(ConfigError, match=r"TargetConfig.reanalyse_fraction=2 is invalid: must be in \[0.0, 1.0\]"):
@@ -330,7 +333,7 @@ def test_the_learner_runs_the_worker_through_its_service():
     # refreshed rows then make half of a batch; versions stay out of the train step.
     import envs
     from muzero import algorithms, core
-    from muzero.learner.settings import replace_sections
+    from muzero.settings import replace_sections
     builder = algorithms.get("muzero")
     settings = replace_sections(builder.default_settings("cartpole"), {
         "search": {"num_simulations": 3}, "training": {"batch_size": 8},

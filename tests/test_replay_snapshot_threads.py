@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from envs.base import EnvDescriptor
-from muzero.config import ReplayConfig, TargetConfig
-from muzero.replay import Replay, ReplayClosedError, SnapshotError
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+from muzero.algorithms.muzero.replay import Replay, ReplayClosedError
+from muzero.replay import SnapshotError
 from muzero.replay import snapshot as snapshot_io
 
 IMAGE = EnvDescriptor("img", (6, 6, 1), "uint8", 4, kind="image", frame_layout="HWC")

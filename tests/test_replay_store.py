@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from envs.base import EnvDescriptor
-from muzero.config import ReplayConfig, TargetConfig
-from muzero.replay import Replay
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+from muzero.algorithms.muzero.replay import Replay
 from muzero.replay.sum_tree import SumTree
 
 VECTOR = EnvDescriptor("vec", (4,), "float32", 2)

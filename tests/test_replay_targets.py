@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from envs.base import EnvDescriptor
-from muzero.config import ReplayConfig, TargetConfig
-from muzero.replay import Replay
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+from muzero.algorithms.muzero.replay import Replay
 
 VECTOR = EnvDescriptor("vec", (2,), "float32", 3)
 BOARD = EnvDescriptor("board", (3, 3, 3), "uint8", 9, two_player=True, kind="board",

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from muzero.rpc import wire
-from muzero.rpc.client import InferenceClient
-from muzero.rpc.config import CacheServiceConfig
+from muzero.algorithms.muzero.client import InferenceClient
+from muzero.algorithms.muzero.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
 from muzero.rpc.testing import ToyModel

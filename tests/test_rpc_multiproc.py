@@ -5,7 +5,7 @@ import multiprocessing as mp
 
 import numpy as np
 
-from muzero.rpc.config import CacheServiceConfig
+from muzero.algorithms.muzero.config import CacheServiceConfig
 from muzero.algorithms.muzero.service import serve
 from muzero.rpc.testing import ToyModel
 
@@ -14,7 +14,7 @@ NUM_CLIENTS, NUM_ENVS, NUM_SIMS = 8, 3, 5
 
 def _client(port: int, index: int, barrier, results) -> None:
     # Runs in a spawned process: numpy + grpc only, no TensorFlow.
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
     from muzero.rpc.testing import toy_path
 
     try:

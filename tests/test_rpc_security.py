@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from muzero.config import ConfigError
-from muzero.rpc.client import InferenceClient, ServerError
-from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig
+from muzero.algorithms.muzero.client import InferenceClient
+from muzero.rpc.client import ServerError
+from muzero.algorithms.muzero.config import CacheServiceConfig
+from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.algorithms.muzero.service import serve
 from muzero.rpc.server import BatchingServer
 from muzero.rpc.testing import ToyModel

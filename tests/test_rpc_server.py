@@ -8,7 +8,8 @@ import pytest
 
 from muzero.config import ConfigError
 from muzero.rpc import wire
-from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig, is_loopback
+from muzero.algorithms.muzero.config import CacheServiceConfig
+from muzero.rpc.config import ClientConfig, ServerConfig, is_loopback
 from muzero.rpc.server import SERVICE, BatchingServer, Prepared, RequestError
 
 

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from muzero.rpc import wire
-from muzero.rpc.client import InferenceClient, LeaseLostError, ServerError
-from muzero.rpc.config import CacheServiceConfig, ClientConfig, ServerConfig
-from muzero.rpc.latent_cache import NumpyLatentCache
+from muzero.algorithms.muzero.client import InferenceClient
+from muzero.rpc.client import LeaseLostError, ServerError
+from muzero.algorithms.muzero.config import CacheServiceConfig
+from muzero.rpc.config import ClientConfig, ServerConfig
+from muzero.algorithms.muzero.latent_cache import NumpyLatentCache
 from muzero.algorithms.muzero.service import InMemoryLearnerHandlers, serve
 from muzero.rpc.server import SERVICE
 from muzero.rpc.testing import ToyModel, toy_path
@@ -384,7 +386,7 @@ class _Clock:
 
 
 def _table(**kw):
-    from muzero.rpc.latent_cache import LeaseTable
+    from muzero.rpc.leases import LeaseTable
     clock = _Clock()
     kw.setdefault("supersede_idle_s", 3.0)
     return LeaseTable(8, 4, 300.0, clock, **kw), clock

@@ -11,9 +11,9 @@ import pytest
 
 from muzero import algorithms, core
 from muzero.config import ConfigError, check_int
-from muzero.learner import checkpoints
+from muzero import checkpoints
 from muzero.learner.loop import Run
-from muzero.learner.settings import RunSettings
+from muzero.settings import RunSettings
 import dataclasses
 
 

@@ -12,6 +12,7 @@ from muzero.algorithms.sac.builder import BUILDER, GOAL_CONFIG, PENDULUM_CONFIG
 from muzero.algorithms.sac.config import SACConfig, SACNetworkConfig, SACTrainingConfig
 from muzero.algorithms.sac.learning import SACLearner, default_target_entropy, unroll_transitions
 from muzero.algorithms.sac.networks import squashed_gaussian_log_prob
+from muzero import algorithms
 from muzero.config import ConfigError
 from envs.base import EnvDescriptor
 
@@ -249,9 +250,9 @@ def test_config_and_builder():
     assert BUILDER.default_settings("reach").config.training.her_relabels == 4
     with pytest.raises(ValueError, match="sac has no defaults"):
         BUILDER.default_settings("tictactoe")
-    BUILDER.check_env(envs.describe("gym:Pendulum-v1"))
-    BUILDER.check_env(envs.describe("cartpole"))
+    algorithms.check_env(BUILDER, envs.describe("gym:Pendulum-v1"))
+    algorithms.check_env(BUILDER, envs.describe("cartpole"))
     with pytest.raises(ConfigError, match=r"sac.*two-player.*muzero"):
-        BUILDER.check_env(envs.describe("tictactoe"))
+        algorithms.check_env(BUILDER, envs.describe("tictactoe"))
     with pytest.raises(ConfigError, match="image observations"):
-        BUILDER.check_env(EnvDescriptor("img", (8, 8, 1), "uint8", 3, kind="image"))
+        algorithms.check_env(BUILDER, EnvDescriptor("img", (8, 8, 1), "uint8", 3, kind="image"))

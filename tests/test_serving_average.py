@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from envs.base import EnvDescriptor
-from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, SupportConfig, TargetConfig,
-                           TrainingConfig)
+from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, SupportConfig, TargetConfig,
+                                             TrainingConfig)
+from muzero.config import ConfigError
 from replay_batches import replay_batch
 
 K = 2
@@ -23,7 +24,7 @@ def _batch(seed: int) -> dict:
 
 
 def _values(network) -> list:
-    from muzero.network.networks import PARTS
+    from muzero.algorithms.muzero.network.networks import PARTS
     return [v.numpy().copy() for p in PARTS for v in getattr(network, p).variables]
 
 
@@ -106,7 +107,7 @@ def test_checkpoints_and_exports_keep_the_average(tmp_path):
     for a, b in zip(_values(resumed.trainer.serving), average):
         np.testing.assert_array_equal(a, b)
     # An export holds the average: the SavedModel's values are the average network's.
-    from muzero.eval.evaluator import load_saved_model
+    from muzero.algorithms.muzero.evaluator import load_saved_model
     resumed.export(str(tmp_path / "export"))
     obs = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     exported = load_saved_model(str(tmp_path / "export")).signatures["initial_inference"](

@@ -6,7 +6,7 @@ import pytest
 from muzero import algorithms
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.config import ConfigError
-from muzero.learner.settings import RunSettings, replace_sections, sections
+from muzero.settings import replace_sections, sections
 
 
 def _muzero_cartpole():
@@ -25,13 +25,13 @@ def test_config_json_round_trip_keeps_the_algorithm():
     settings = _muzero_cartpole()
     data = settings.to_dict()
     assert data["algo"] == "muzero" and data["config"]["search"]["num_simulations"] == 25
-    assert RunSettings.from_dict(data) == settings
+    assert algorithms.settings_from_dict(data) == settings
     data.pop("algo")                      # config.json files written before algo existed
-    assert RunSettings.from_dict(data).algo == "muzero"
+    assert algorithms.settings_from_dict(data).algo == "muzero"
     with pytest.raises(ConfigError, match="'nope' is not a known algorithm; known: muzero, ppo, r2d2, sac, vtrace"):
-        RunSettings.from_dict(dict(data, algo="nope"))
+        algorithms.settings_from_dict(dict(data, algo="nope"))
     with pytest.raises(ConfigError, match="missing field"):
-        RunSettings.from_dict({"env": "cartpole"})
+        algorithms.settings_from_dict({"env": "cartpole"})
 
 
 def test_sections_of_the_muzero_config():

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from muzero import core
-from muzero.actor.streaming import (BadActionError, StreamingActor, StreamingActorSettings,
+from muzero.algorithms.streaming_actor import (BadActionError, StreamingActor, StreamingActorSettings,
                                     StreamingClient, run_streaming_actor, streaming_actor_args)
-from muzero.algorithms.streaming import STREAMING_SERVICE, StepStreamingService, StreamingPolicy
+from muzero.algorithms.streaming import StepStreamingService, StreamingPolicy
+from muzero.algorithms.streaming_actor import STREAMING_SERVICE
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.rpc import wire
 from muzero.rpc.client import ServerError

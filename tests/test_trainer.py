@@ -3,10 +3,12 @@ import numpy as np
 import pytest
 
 from envs.base import EnvDescriptor
-from muzero.config import (ConfigError, MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig,
-                           SupportConfig, TargetConfig)
+from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SupportConfig,
+                                             TargetConfig)
+from muzero.config import ConfigError
+from muzero.mcts.config import SearchConfig
 from muzero.algorithms.muzero.learning import Trainer
-from muzero.replay import Replay
+from muzero.algorithms.muzero.replay import Replay
 
 VECTOR = EnvDescriptor("vec", (4,), "float32", 2)
 

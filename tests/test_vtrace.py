@@ -18,7 +18,7 @@ from muzero.algorithms.vtrace.learning import (VTraceLearner, entropy_loss, poli
                                                transition_rewards_and_discounts, vtrace_targets)
 from muzero.algorithms.vtrace.networks import PolicyValueNetwork
 from muzero.config import ConfigError
-from muzero.learner.settings import RunSettings
+from muzero.settings import RunSettings
 
 TOY = EnvDescriptor(name="toy", observation_shape=(3,), observation_dtype="float32", num_actions=2)
 
@@ -276,16 +276,16 @@ def test_builder_defaults_and_env_checks():
         settings = BUILDER.default_settings(env)
         assert settings.algo == "vtrace" and settings.env == env
         assert isinstance(settings.config, VTraceConfig)
-        assert RunSettings.from_dict(json.loads(settings.to_json())) == settings
+        assert algorithms.settings_from_dict(json.loads(settings.to_json())) == settings
     assert BUILDER.default_settings("atari").config.network.torso == "atari"
     with pytest.raises(ValueError, match="tictactoe"):
         BUILDER.default_settings("tictactoe")
-    BUILDER.check_env(envs.describe("cartpole"))
+    algorithms.check_env(BUILDER, envs.describe("cartpole"))
     with pytest.raises(ConfigError, match=r"vtrace.*two-player.*muzero"):
-        BUILDER.check_env(envs.describe("tictactoe"))
+        algorithms.check_env(BUILDER, envs.describe("tictactoe"))
     continuous = dataclasses.replace(TOY, num_actions=0, action_kind="continuous", action_shape=(1,),
                                      action_low=(-2.0,), action_high=(2.0,))
     with pytest.raises(ConfigError, match=r"vtrace.*Box\(-2, 2, \(1,\)\).*discrete"):
-        BUILDER.check_env(continuous)
+        algorithms.check_env(BUILDER, continuous)
     with pytest.raises(ConfigError, match="trainable parts"):
         BUILDER.make_learner(_settings(), TOY, None, trainable_parts=["dynamics"])

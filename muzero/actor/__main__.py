@@ -1,16 +1,17 @@
 """``python -m muzero.actor --server=HOST:PORT --env=cartpole``: an actor for another machine.
 
-``--algo=muzero`` (the default) runs the same loop the local launcher runs: E envs in
-lockstep, one batched search per step through the learner's latent-cache inference,
-segments pushed to the learner's replay. The search and target settings must match the
-learner's: pass the learner's ``--config=<logdir>/config.json`` (copied to this machine),
-or rely on the per-env defaults and the same overrides the learner used.
+The algorithm (``--algo``, or the ``--config``'s) makes the actor (``Builder.remote_actor``):
 
-Any other ``--algo`` (``vtrace``, ``ppo``, ...; taken from ``--config`` when not given)
-runs a thin step-streaming actor (``muzero.actor.streaming``): it steps
-``--envs_per_actor`` envs with server env ids ``--env_id_base`` + 0..E-1 and gets its
-actions from the learner. Training actors must use ids below the learner's
-``num_actors * envs_per_actor``; evaluation actors (``--evaluation``) the ids after them.
+* ``muzero`` (the default) runs the loop the local launcher runs: E envs in lockstep, one
+  batched search per step through the learner's latent-cache inference, segments pushed to
+  the learner's replay. The search and target settings must match the learner's: pass the
+  learner's ``--config=<logdir>/config.json`` (copied to this machine), or rely on the
+  per-env defaults and the same ``--set`` overrides the learner used.
+* the step-streaming algorithms (``vtrace``, ``ppo``, ``r2d2``, ``sac``) run a thin actor
+  (``muzero.algorithms.streaming_actor``): it steps ``--envs_per_actor`` envs with server
+  env ids ``--env_id_base`` + 0..E-1 and gets its actions from the learner. Training actors
+  must use ids below the learner's ``num_actors * envs_per_actor``; evaluation actors
+  (``--evaluation``) the ids after them.
 
 Examples:
   python -m muzero.actor --server=127.0.0.1:8686 --env=cartpole
@@ -26,16 +27,19 @@ import json
 
 from absl import flags
 
+from muzero import algorithms
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("algo", "muzero", "Algorithm of the learner: muzero (search actor) or a step-streaming "
-                    "one (vtrace, ppo, ...: thin actor). Default: the --config's algo, else muzero.")
+flags.DEFINE_string("algo", algorithms.DEFAULT, "Algorithm of the learner (" + ", ".join(algorithms.names())
+                    + "). Default: the --config's algo, else " + algorithms.DEFAULT + ".")
 flags.DEFINE_string("server", None, "Learner address HOST:PORT (printed by the learner and written to "
                     "<logdir>/server_address.txt).")
 flags.DEFINE_string("env", "cartpole", "Env name (must match the learner's).")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options (must match the learner's).")
 flags.DEFINE_string("config", None, "The learner's config.json; overrides --env/--env_options and defaults.")
-flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep (default per env).")
-flags.DEFINE_integer("simulations", None, "MCTS simulations per move (must match the learner's max_nodes).")
+flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep (default: the config's, or per env).")
+flags.DEFINE_multi_string("set", [], "Override a config field as the learner's --set does: section.field=value. "
+                          "Search and target settings must match the learner's. Repeatable.")
 flags.DEFINE_integer("env_id_base", 0, "Streaming algos: server env id of this actor's first env (ids "
                      "env_id_base .. env_id_base + envs_per_actor - 1 must belong to no other actor).")
 flags.DEFINE_integer("actor_id", 1000, "Id of this actor (distinct per actor; local actors use 0..N-1).")
@@ -45,17 +49,37 @@ flags.DEFINE_integer("max_env_steps", 0, "Stop after this many env steps (0 = un
 flags.DEFINE_string("tls_ca_file", None, "PEM certificate to trust (enables TLS).")
 flags.DEFINE_string("tls_server_name", None, "Name the server certificate carries, if not the host name.")
 flags.DEFINE_string("auth_token_file", None, "File holding the learner's auth token.")
+algorithms.define_shortcut_flags()
 
 
-def _client_config():
-    from muzero.rpc.config import ClientConfig
-    return ClientConfig(tls_ca_file=FLAGS.tls_ca_file, tls_server_name=FLAGS.tls_server_name,
-                        auth_token_file=FLAGS.auth_token_file)
+def _settings(builder, data):
+    """The run settings: the --config's, else the algorithm's defaults for --env; then --set."""
+    from muzero.config import parse_override
+    from muzero.settings import replace_sections, sections
+
+    if data is not None:
+        settings = algorithms.settings_from_dict(data)
+    else:
+        try:
+            options = json.loads(FLAGS.env_options)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--env_options is not JSON: {e}") from None
+        if not isinstance(options, dict):
+            raise ValueError(f"--env_options={FLAGS.env_options} must be a JSON object")
+        settings = builder.default_settings(FLAGS.env)
+        if options:
+            settings = dataclasses.replace(settings, env_options=options)
+    changes = {}
+    for item in algorithms.shortcut_overrides(builder) + list(FLAGS.set):
+        section, field, value = parse_override(item, sections(settings.config))
+        changes.setdefault(section, {})[field] = value
+    return replace_sections(settings, changes)
 
 
 def main(argv):
     del argv
-    from muzero import algorithms
+    from muzero import core
+    from muzero.rpc.config import ClientConfig
     if not FLAGS.server:
         raise ValueError("--server=HOST:PORT is required (the learner prints its address)")
     data = None
@@ -71,71 +95,16 @@ def main(argv):
         algo = data["algo"]
     if algo not in algorithms.names():
         raise ValueError(f"--algo={algo!r} is not a known algorithm; known: {', '.join(algorithms.names())}")
-    if algo == "muzero":
-        _main_muzero(data)
-    else:
-        _main_streaming(algo, data)
-
-
-def _main_streaming(algo: str, data) -> None:
-    """A thin step-streaming actor for ``algo``."""
-    from muzero.actor.streaming import StreamingActorSettings, run_streaming_actor
-    from muzero.learner.settings import RunSettings
-
-    if FLAGS.simulations is not None:
-        raise ValueError(f"--simulations applies to --algo=muzero only, not {algo}")
-    if data is not None:
-        settings = RunSettings.from_dict(data)
-        env, options = settings.env, dict(settings.env_options)
-        default_envs = settings.eval_envs_per_actor if FLAGS.evaluation else settings.envs_per_actor
-    else:
-        env = FLAGS.env
-        try:
-            options = json.loads(FLAGS.env_options)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--env_options is not JSON: {e}") from None
-        if not isinstance(options, dict):
-            raise ValueError(f"--env_options={FLAGS.env_options} must be a JSON object")
-        default_envs = None
-    num_envs = FLAGS.envs_per_actor if FLAGS.envs_per_actor is not None else default_envs
-    if num_envs is None:
-        raise ValueError("--envs_per_actor is required without --config")
-    actor = StreamingActorSettings(
-        server=FLAGS.server, env=env, env_options=options, num_envs=num_envs,
+    builder = algorithms.get(algo)
+    remote = core.RemoteActor(
+        server=FLAGS.server, envs_per_actor=FLAGS.envs_per_actor, actor_id=FLAGS.actor_id,
         env_id_base=FLAGS.env_id_base, seed=FLAGS.seed, evaluation=FLAGS.evaluation,
-        client_config=_client_config(), max_env_steps=FLAGS.max_env_steps)
-    ids = f"{actor.env_id_base}..{actor.env_id_base + actor.num_envs - 1}"
-    print(f"{algo} streaming actor: {actor.num_envs} x {env} (env ids {ids}"
-          f"{', evaluation' if actor.evaluation else ''}) -> {FLAGS.server}", flush=True)
-    run_streaming_actor(actor)
-
-
-def _main_muzero(data) -> None:
-    from muzero.actor.actor import ActorSettings, run_actor
-    from muzero.algorithms.muzero.defaults import run_defaults
-    from muzero.learner.settings import RunSettings, replace_section
-
-    if data is not None:
-        settings = RunSettings.from_dict(data)
-    else:
-        settings = run_defaults(FLAGS.env)
-        options = json.loads(FLAGS.env_options)
-        if options:
-            settings = dataclasses.replace(settings, env_options=options)
-    if FLAGS.simulations is not None:
-        settings = replace_section(settings, "search", num_simulations=FLAGS.simulations)
-    import envs
-    descriptor = envs.describe(settings.env, **settings.env_options)
-    cfg = settings.config
-    actor = ActorSettings(
-        server=FLAGS.server, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
-        envs_per_actor=FLAGS.envs_per_actor or settings.envs_per_actor, actor_id=FLAGS.actor_id,
-        seed=FLAGS.seed, stack_frames=cfg.targets.frames_for(descriptor.is_image),
-        segment_length=cfg.replay.segment_length, evaluation=FLAGS.evaluation,
-        max_env_steps=FLAGS.max_env_steps, client_config=_client_config(),
-        random_policy=cfg.pretrain.enabled)   # a pretraining run's actors play random legal moves
-    print(f"actor {FLAGS.actor_id}: {actor.envs_per_actor} x {settings.env} -> {FLAGS.server}", flush=True)
-    run_actor(actor)
+        max_env_steps=FLAGS.max_env_steps, from_config=data is not None,
+        client_config=ClientConfig(tls_ca_file=FLAGS.tls_ca_file, tls_server_name=FLAGS.tls_server_name,
+                                   auth_token_file=FLAGS.auth_token_file))
+    banner, run_actor = builder.remote_actor(_settings(builder, data), remote)
+    print(banner, flush=True)
+    run_actor()
 
 
 def run():

@@ -1,6 +1,6 @@
 """Step-streaming ingestion (SEED RL's thin-actor path), for any algorithm with a ``StreamingPolicy``.
 
-Thin actors (``muzero.actor.streaming``) only step environments: each call sends, for
+Thin actors (``muzero.algorithms.streaming_actor``) only step environments: each call sends, for
 its envs, the reward/termination/truncation of the last transition and the observation
 now shown, and gets the actions back. The server keeps everything else per env (the
 recurrent state, the previous action and reward, the running episode totals, the
@@ -67,6 +67,9 @@ new unrolls, so shutdown never waits on a full queue for more than the call in f
 A sink returning False (closed, full) counts the unroll as dropped; one that raises is
 logged and counted, never fatal for actors.
 
+Size: one class, ``StepStreamingService``, whose per-env state machine (above) is one unit;
+the builder of its algorithms is ``muzero.algorithms.streaming_builder``.
+
 Imports numpy, grpc and the server, never TensorFlow.
 """
 from __future__ import annotations
@@ -79,13 +82,10 @@ import grpc
 import numpy as np
 
 from muzero import core
+from muzero.algorithms.streaming_actor import ENV_ID_CLASH, NONFINITE_ACTION, STREAMING_SERVICE
 from muzero.rpc import checks, wire
 from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 
-STREAMING_SERVICE = "muzero.Streaming"
-# mz-error tags of this service's refusals (the thin actor starts over under a new run id).
-ENV_ID_CLASH = "env-id-clash"
-NONFINITE_ACTION = "nonfinite-action"
 _LOG = logging.getLogger(__name__)
 _REQUIRED = ("env_ids", "run_ids", "rewards", "terminated", "truncated", "observations")
 _OPTIONAL = ("final_observations",)
@@ -669,39 +669,3 @@ class StepStreamingService(core.InferenceService):
             c["unrolls_delivered"] += delivered
             c["unrolls_dropped"] += dropped + errors
             c["sink_errors"] += errors
-
-
-class StreamingBuilder(core.Builder):
-    """A ``core.Builder`` base for algorithms fed by thin step-streaming actors: their service
-    is a ``StepStreamingService`` over the learner's policy, delivering unrolls of
-    ``config.training.unroll_length`` steps to ``learner.sink``, and their actors are
-    ``muzero.actor.streaming.run_streaming_actor``. Subclasses make the learner and settings."""
-
-    ingestion = "streaming"
-    # Unrolls carry ``final_observation`` (replay learners that store transitions need the
-    # state an episode ended in, not the next episode's first one).
-    store_final_observations = False
-
-    def policy(self, learner):
-        """The ``StreamingPolicy`` the service runs (the learner's serving network)."""
-        return learner.policy
-
-    def overlap(self, settings) -> int:
-        """Steps each unroll shares with the next beyond SEED's one (R2D2: the burn-in)."""
-        return 0
-
-    def make_service(self, settings, descriptor, learner, context, server_config):
-        return StepStreamingService(
-            self.policy(learner), num_train_envs=settings.num_actors * settings.envs_per_actor,
-            num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
-            unroll_length=settings.config.training.unroll_length, overlap=self.overlap(settings),
-            sink=learner.sink, context=context, store_final_observations=self.store_final_observations)
-
-    def actor_target(self):
-        from muzero.actor.streaming import run_streaming_actor
-        return run_streaming_actor
-
-    def actor_args(self, settings, index: int, address: str, client_config, training_step: int) -> tuple:
-        from muzero.actor.streaming import streaming_actor_args
-        return streaming_actor_args(settings, index, address, client_config)
-

@@ -85,7 +85,7 @@ class CheckpointedLearner(core.Learner):
         self.copy_to_serving()
 
     def init_from(self, path: str) -> str:
-        from muzero.learner.checkpoints import resolve_checkpoint
+        from muzero.checkpoints import resolve_checkpoint
         ckpt_dir = path if os.path.isfile(os.path.join(path, MODEL + ".index")) else resolve_checkpoint(path)
         if ckpt_dir is None or not os.path.isfile(os.path.join(ckpt_dir, MODEL + ".index")):
             raise FileNotFoundError(f"--init_checkpoint={path!r}: no {self.ALGO} checkpoint found there "

@@ -7,7 +7,7 @@ actors and the thin step-streaming actors both run on it. Each actor is one Ray 
 worker process; if the loop ends without being asked to (a crash), the host exits its
 process, and Ray restarts it (up to ``max_restarts`` times; -1 without limit) by running
 the constructor again with the same arguments. ``stop`` asks every host to stop its loop
-(:func:`muzero.actor.process.request_stop`, which the actors watch like SIGTERM), waits,
+(:func:`muzero.process.request_stop`, which the actors watch like SIGTERM), waits,
 then kills what is left.
 
 Where Ray runs: ``address=""`` starts a Ray instance for this run pinned to 127.0.0.1
@@ -75,7 +75,7 @@ class _ActorHost:
 
     def stop(self, timeout: float) -> bool:
         """Asks the loop to stop; True if it ended within ``timeout`` seconds."""
-        from muzero.actor.process import request_stop
+        from muzero.process import request_stop
         self._stop_requested.set()
         request_stop()
         self._thread.join(timeout)

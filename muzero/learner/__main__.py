@@ -27,21 +27,22 @@ import re
 
 from absl import flags
 
+from muzero import algorithms
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("algo", "muzero", "Algorithm: muzero (search actors, replay), or a step-streaming "
-                    "learner with thin actors: vtrace (IMPALA), ppo, r2d2 (recurrent Q, discrete actions) or "
-                    "sac (box or discrete actions). A --config file's algo is used when this flag is not given.")
+flags.DEFINE_string("algo", algorithms.DEFAULT, "Algorithm: " + "; ".join(
+    f"{n} ({algorithms.get(n).summary})" for n in algorithms.names()) + ". A --config file's algo is used when "
+    "this flag is not given.")
 flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari, reach (a goal env) or "
                     "gym:<Gymnasium id>.")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options, e.g. '{\"game\": \"Breakout\"}' for atari.")
 flags.DEFINE_string("logdir", None, "Log directory (checkpoints, TensorBoard, config.json, metrics.jsonl, "
-                    "exports). Default: runs/<env> (MuZero), runs/<algo>_<env> otherwise. An existing "
+                    "exports). Default: runs/<algo>_<env> (runs/<env> for the default algorithm). An existing "
                     "checkpoint there is resumed.")
 flags.DEFINE_integer("num_actors", None, "Local acting processes (default per env; 0 = only remote actors).")
 flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep per actor (default per env).")
 flags.DEFINE_integer("num_eval_actors", None, "Local greedy evaluation actors (no noise, temperature 0).")
 flags.DEFINE_integer("eval_envs_per_actor", None, "Envs per evaluation actor.")
-flags.DEFINE_integer("simulations", None, "MuZero: MCTS simulations per move (search.num_simulations).")
 flags.DEFINE_integer("batch_size", None, "Training batch size (training.batch_size; unrolls for vtrace/ppo, "
                      "sequences for r2d2, transitions for sac).")
 flags.DEFINE_float("learning_rate", None, "Peak learning rate (training.learning_rate).")
@@ -56,8 +57,9 @@ flags.DEFINE_multi_string("set", [], "Override any config field: section.field=v
                           "network.value_support='{\"low\": -5, \"high\": 5, \"num_bins\": 11}'. "
                           "Repeatable; all are applied together.")
 flags.DEFINE_string("preset", None, "A named bundle of settings over the per-env defaults (your other flags "
-                    "and --set values still win). MuZero: few_env_steps (sample efficiency for envs whose steps "
-                    "are expensive: a high replay ratio, few envs, small segments; docs/PRESETS.md).")
+                    "and --set values still win; docs/PRESETS.md): " + "; ".join(
+                        f"{n}: {', '.join(sorted(algorithms.get(n).presets))}" for n in algorithms.names()
+                        if algorithms.get(n).presets) + ".")
 flags.DEFINE_string("config", None, "Start from a saved config.json (e.g. a previous run's) instead of the "
                     "per-env defaults; other flags still override it.")
 flags.DEFINE_string("host", "127.0.0.1", "Interface the inference server binds. Non-loopback addresses "
@@ -69,12 +71,9 @@ flags.DEFINE_string("tls_key_file", None, "PEM private key for TLS.")
 flags.DEFINE_string("auth_token_file", None, "File holding the shared token clients must send.")
 flags.DEFINE_string("init_checkpoint", None, "Initialise network weights from this checkpoint (a ckpt-<step> "
                     "directory or a run's logdir) when --logdir holds none: fine-tuning after pretraining.")
-flags.DEFINE_boolean("pretrain", None, "MuZero: self-supervised pretraining run (pretrain.enabled): actors play "
-                     "uniformly random legal moves, the learner trains only the representation and the pretrain "
-                     "head on two augmented views of replay observations (pretrain.objective ntxent or simsiam); "
-                     "no export at the end. Fine-tune with --init_checkpoint=<its logdir>. docs/PRETRAINING.md.")
-flags.DEFINE_list("trainable_parts", None, "MuZero: train only these parts: representation, dynamics, "
-                  "prediction (default all).")
+flags.DEFINE_list("trainable_parts", None, "Train only these parts of the network (default all): "
+                  + "; ".join(f"{n}: {', '.join(algorithms.get(n).trainable_parts)}" for n in algorithms.names()
+                              if algorithms.get(n).trainable_parts) + ".")
 flags.DEFINE_boolean("export", True, "Export a SavedModel to <logdir>/export/step-<N> at the end.")
 flags.DEFINE_float("checkpoint_every_secs", None, "Seconds between checkpoints (default per algorithm and env).")
 flags.DEFINE_float("export_every_secs", None, "Also export a SavedModel to <logdir>/export/step-<N> every this many "
@@ -92,8 +91,10 @@ flags.DEFINE_float("ray_cpus_per_actor", None, "--launcher=ray: logical CPUs res
                    "0.5 packs two actors on a core).")
 flags.DEFINE_integer("ray_max_restarts", None, "--launcher=ray: restarts Ray grants each failed actor (-1, the "
                      "default, means without limit).")
-flags.DEFINE_integer("learner_devices", None, "MuZero: train on N devices (data parallel, MirroredStrategy): the "
-                     "first N GPUs, or N logical CPU devices on a machine without GPUs. Default 1.")
+flags.DEFINE_integer("learner_devices", None, "Train on N devices (data parallel, MirroredStrategy): the first N "
+                     "GPUs, or N logical CPU devices on a machine without GPUs. Default 1. Algorithms that "
+                     "take it: " + ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) + ".")
+algorithms.define_shortcut_flags()
 
 
 class UsageError(ValueError):
@@ -103,7 +104,7 @@ class UsageError(ValueError):
 def _parse_set(item: str, config) -> tuple:
     """'section.field=value' -> (section, field, value) checked against ``config``'s sections."""
     from muzero.config import ConfigError, parse_override
-    from muzero.learner.settings import sections
+    from muzero.settings import sections
     try:
         return parse_override(item, sections(config))
     except ConfigError as e:
@@ -111,8 +112,7 @@ def _parse_set(item: str, config) -> tuple:
 
 
 def build_settings():
-    from muzero import algorithms
-    from muzero.learner.settings import RunSettings, replace_sections
+    from muzero.settings import replace_sections
 
     if FLAGS.config:
         try:
@@ -122,7 +122,7 @@ def build_settings():
             raise UsageError(f"--config={FLAGS.config!r} cannot be read: {e.strerror or e}") from None
         except ValueError as e:
             raise UsageError(f"--config={FLAGS.config!r} is not valid JSON ({e})") from None
-        settings = RunSettings.from_dict(data)
+        settings = algorithms.settings_from_dict(data)
         if FLAGS["algo"].present and FLAGS.algo != settings.algo:
             raise UsageError(f"--algo={FLAGS.algo} differs from the --config file's algo {settings.algo!r}")
         if FLAGS["env"].present and FLAGS.env != settings.env:
@@ -158,14 +158,12 @@ def build_settings():
         preset = presets[FLAGS.preset]
         changes = {section: dict(fields) for section, fields in preset.sections.items()}
         settings = dataclasses.replace(settings, **preset.top)
-    shortcuts = (("simulations", "search", "num_simulations"), ("batch_size", "training", "batch_size"),
-                 ("learning_rate", "training", "learning_rate"), ("pretrain", "pretrain", "enabled"))
-    for flag, section, field in shortcuts:
+    for flag, section, field in (("batch_size", "training", "batch_size"), ("learning_rate", "training", "learning_rate")):
         if getattr(FLAGS, flag) is not None:
             if not hasattr(settings.config, section) or not hasattr(getattr(settings.config, section), field):
                 raise UsageError(f"--{flag} does not apply to --algo={settings.algo} (it sets {section}.{field})")
             changes.setdefault(section, {})[field] = getattr(FLAGS, flag)
-    for item in FLAGS.set:
+    for item in algorithms.shortcut_overrides(algorithms.get(settings.algo)) + list(FLAGS.set):
         section, field, value = _parse_set(item, settings.config)
         changes.setdefault(section, {})[field] = value
     top = {"num_actors": FLAGS.num_actors, "envs_per_actor": FLAGS.envs_per_actor,
@@ -184,7 +182,7 @@ def build_settings():
     settings = replace_sections(settings, changes)
     # Run checks these too; here they answer before TensorFlow loads (a refusal costs no start-up).
     builder = algorithms.get(settings.algo)
-    builder.check_env(descriptor)
+    algorithms.check_env(builder, descriptor)
     builder.check_settings(settings)
     return settings, notes
 
@@ -206,7 +204,6 @@ def main(argv):
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # the learner prints its own progress lines
     settings, notes = build_settings()
-    from muzero import algorithms
     builder = algorithms.get(settings.algo)
     if FLAGS.trainable_parts is not None:
         parts = builder.trainable_parts

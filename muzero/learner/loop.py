@@ -13,6 +13,8 @@ from ``muzero.algorithms.get(settings.algo)``, a ``muzero.core.Builder``):
    checkpoint every ``checkpoint_every_secs`` (and export every ``export_every_secs`` when set);
 5. on a stop condition, SIGINT or SIGTERM: stop the actors, write a final checkpoint,
    export a SavedModel, close the server.
+
+Size: one class, ``Run``; each step above is a method of it.
 """
 from __future__ import annotations
 
@@ -29,13 +31,12 @@ import numpy as np
 import tensorflow as tf
 
 import envs
-from muzero import algorithms, core
-from muzero.launch.local import LocalActors
-from muzero.learner import checkpoints
+from muzero import algorithms, checkpoints, core
 from muzero.config import ConfigError
-from muzero.learner.settings import RunSettings
+from muzero.launch.local import LocalActors
 from muzero.rpc.config import ClientConfig, ServerConfig
 from muzero.rpc.server import BatchingServer
+from muzero.settings import RunSettings
 
 # After a failed periodic checkpoint (a full disk, say) the next try comes this much later.
 CHECKPOINT_RETRY_S = 60.0
@@ -76,7 +77,7 @@ class Run:
         self.trainable_parts = trainable_parts
         self.client_config = client_config or ClientConfig()
         self.descriptor = envs.describe(settings.env, **settings.env_options)
-        self.builder.check_env(self.descriptor)
+        algorithms.check_env(self.builder, self.descriptor)
         self.builder.check_settings(settings)
         if settings.learner_devices > 1 and not self.builder.multi_device:
             multi = ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) or "none"
@@ -124,7 +125,7 @@ class Run:
             return
         mine = self.settings.to_dict()
         # config.json files written before runs named their algorithm hold the default one's run.
-        previous_algo = previous.get("algo", RunSettings.algo)
+        previous_algo = previous.get("algo", algorithms.DEFAULT)
         previous_config = previous.get("config") if isinstance(previous.get("config"), dict) else {}
         network, my_network = previous_config.get("network"), mine["config"].get("network")
         keys = [("algo", previous_algo, mine["algo"]), ("env", previous.get("env"), mine["env"]),
@@ -444,13 +445,12 @@ class Run:
         partial = os.path.join(root, f".partial-step-{self.training_step}")
         self.learner.export(partial)
         run_json = os.path.join(partial, "run.json")
-        if not os.path.isfile(run_json):   # the env eval plays
-            from muzero.algorithms.policy_export import write_run_json
-            write_run_json(partial, self.settings.env, self.settings.env_options)
+        run = {"env": self.settings.env, "env_options": dict(self.settings.env_options)}  # what eval plays
+        if os.path.isfile(run_json):   # the learner's own (a search-based export adds its search settings)
+            with open(run_json) as f:
+                run = json.load(f)
         # How far training was: an export is a snapshot that can be evaluated later against
         # the env steps it had seen (bench/learn.py --snapshot_every_s).
-        with open(run_json) as f:
-            run = json.load(f)
         run.update(training_step=int(self.training_step), env_steps=int(self.env_steps))
         with open(run_json, "w") as f:
             json.dump(run, f, indent=2, sort_keys=True)

@@ -10,7 +10,7 @@ the caller keys them by ``(tree, node)``, and node ``s + 1`` is created by simul
 
 ``select_action`` turns root visit counts into actions with a temperature.
 
-Imports NumPy, Numba (through the kernels) and :mod:`muzero.config`; never TensorFlow.
+Imports NumPy, Numba (through the kernels) and :mod:`muzero.mcts.config`; never TensorFlow.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Callable, Optional
 import numba
 import numpy as np
 
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import gumbel as gumbel_schedule
-from muzero.mcts import kernels
+from muzero.mcts import gumbel_kernels, kernels
 from muzero.mcts import noise as tree_noise
 from muzero.mcts.tree import ILLEGAL, RootOutputs, SearchResult, Tree, allocate_tree
 
@@ -254,7 +254,7 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
         root_order = np.argsort(-root_base, axis=1, kind="stable").astype(np.int32)
         params += (root_base, table, num_considered, float(config.gumbel_value_scale),
                    float(config.gumbel_maxvisit_init), root_order, root_next, config.gumbel_q_range == "tree")
-        step_serial, step_parallel = kernels.gumbel_step_serial, kernels.gumbel_step_parallel
+        step_serial, step_parallel = gumbel_kernels.gumbel_step_serial, gumbel_kernels.gumbel_step_parallel
     if parallel:
         chunks = 4 * numba.get_num_threads()
         step = lambda *args: step_parallel(*args, chunks)   # noqa: E731
@@ -333,7 +333,7 @@ def search(root_outputs: RootOutputs, recurrent_fn: RecurrentFn, config: SearchC
     kernels.sync_tree(*tree, *records, num_simulations, two_player)
     result = _root_statistics(tree, value)
     if gumbel:
-        improved, chosen = kernels.gumbel_root_outputs(
+        improved, chosen = gumbel_kernels.gumbel_root_outputs(
             tree.children_index, tree.children_visits, tree.children_q, tree.children_prior,
             tree.node_raw_value, root_logp, root_base, float(config.gumbel_value_scale),
             float(config.gumbel_maxvisit_init), tree.min_max, config.gumbel_q_range == "tree")

@@ -1,12 +1,2 @@
-"""TensorFlow MuZero networks, value/reward support codecs, the K-step loss and export.
-
-Public API: ``make_network``, ``MuZeroNetwork``, ``compute_loss``, ``make_train_step``,
-``export_saved_model`` and the support codecs in ``muzero.network.support``.
-See docs/NETWORK.md.
-"""
-from muzero.network.export import export_saved_model
-from muzero.network.loss import compute_loss, make_train_step
-from muzero.network.networks import MuZeroNetwork, make_network
-
-__all__ = ["make_network", "MuZeroNetwork", "compute_loss", "make_train_step",
-           "export_saved_model"]
+"""TensorFlow building blocks every algorithm's networks are made of (``layers``): dense,
+conv, layer norm, MLP, residual blocks, a conv stem, and variable copying and averaging."""

@@ -1,12 +1,13 @@
-"""Prioritized MuZero replay: segments stored once, sum-tree sampling, sample-time targets.
+"""The trajectory-replay kit: frames stored once, sum-tree priorities, a samples-per-insert
+limiter and crash-safe snapshots.
 
-Public names: ``Replay`` (insert / sample / update_priorities / snapshot / restore),
-``ReplayClosedError``, ``SnapshotError``. See docs/REPLAY.md.
+``store.TrajectoryStore`` (segments in ring buffers, each frame once), ``sum_tree.SumTree``,
+``rate_limiter.SampleToInsertRatio`` and ``snapshot`` (write / read a checksummed snapshot
+directory). MuZero's replay (``muzero.algorithms.muzero.replay.Replay``) builds its
+sample-time targets on top of them. See docs/REPLAY.md.
 
-Imports NumPy, Numba, ``envs.base``, ``muzero.config`` and ``muzero.observation``;
-never TensorFlow.
+Imports NumPy, Numba and ``envs.base``; never TensorFlow.
 """
-from muzero.replay.replay import Replay, ReplayClosedError, ValuesFn
 from muzero.replay.snapshot import SnapshotError
 
-__all__ = ["Replay", "ReplayClosedError", "SnapshotError", "ValuesFn"]
+__all__ = ["SnapshotError"]

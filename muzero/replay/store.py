@@ -37,6 +37,9 @@ stacked input; they become unsampleable (leaf weight 0). ``history`` is
 ``stack_frames`` for image envs (frames t-S+1..t and the actions a_{t-S}..a_{t-1}
 that led to them) and 0 otherwise.
 
+Size: one class over one layout (above): insert, evict, gather and snapshot all index the
+same slot arrays.
+
 Imports NumPy, Numba (through ``sum_tree``) and ``envs.base``; never TensorFlow.
 """
 from __future__ import annotations

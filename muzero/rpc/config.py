@@ -102,54 +102,6 @@ class ServerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class CacheServiceConfig:
-    """Settings of the latent-cache inference service (MuZero's ``MuZeroService``): how its
-    two inference methods batch and how large its cache of hidden states is."""
-
-    # Batching: a batch closes when it holds max_batch rows (leaves / envs) or when
-    # max_wait_ms has passed since its first request arrived, whichever is first.
-    initial_max_batch: int = 1024
-    initial_max_wait_ms: float = 2.0
-    recurrent_max_batch: int = 4096
-    recurrent_max_wait_ms: float = 2.0
-    # Also close a cache-mode batch as soon as it holds one request per live lease
-    # (no further actor can be waiting to join it).
-    close_when_all_leases_waiting: bool = True
-    # Latent cache: slots (one per actor env) x nodes per slot (num_simulations + 1).
-    cache_slots: int = 1024
-    max_nodes: int = 51
-    # Leases of actors silent this long are reclaimed.
-    lease_timeout_s: float = 300.0
-    # A register naming an actor_id that holds a live lease ends that lease only when it
-    # comes from the same run_id (the same run re-registering, e.g. after a server
-    # restart) or when the old lease has been unused this long (a restarted actor's
-    # predecessor is dead, so its lease is idle); otherwise it is answered UNAVAILABLE
-    # (clients retry with back-off) and the live lease keeps working. Without this, any
-    # process that can reach the server could end an active actor's lease.
-    supersede_idle_s: float = 3.0
-    # Most cache slots one lease may take, as a fraction of cache_slots (at least one
-    # slot); register asks with a larger num_envs are refused (INVALID_ARGUMENT).
-    # model_info and register report the resulting max_envs.
-    max_lease_slots_fraction: float = 0.5
-    # TensorFlow device of the latent cache (None: TensorFlow's default placement).
-    device: Optional[str] = None
-
-    def __post_init__(self):
-        _int(self, "initial_max_batch", 1, 2**20)
-        _num(self, "initial_max_wait_ms", 0.0, 60_000.0)
-        _int(self, "recurrent_max_batch", 1, 2**20)
-        _num(self, "recurrent_max_wait_ms", 0.0, 60_000.0)
-        if not isinstance(self.close_when_all_leases_waiting, bool):
-            _fail(self, "close_when_all_leases_waiting", "must be True or False")
-        _int(self, "cache_slots", 1, 2**24)
-        _int(self, "max_nodes", 2, 1_000_001)
-        _num(self, "lease_timeout_s", 0.0, 1e9, lo_open=True)
-        _num(self, "supersede_idle_s", 0.0, 1e9)
-        _num(self, "max_lease_slots_fraction", 0.0, 1.0, lo_open=True)
-        _opt_str(self, "device")
-
-
-@dataclasses.dataclass(frozen=True)
 class ClientConfig:
     """Settings of ``muzero.rpc.client.InferenceClient``."""
 

@@ -1,7 +1,7 @@
 """MuZero's acting policy: one batched search per step and the move chosen from it.
 
-Shared by the MuZero actor (``muzero.actor.actor``) and the evaluator
-(``muzero.eval.evaluator``), so that both play by the same rules: root Dirichlet noise
+Shared by the MuZero actor (``muzero.algorithms.muzero.actor``) and the evaluator
+(``muzero.algorithms.muzero.evaluator``), so that both play by the same rules: root Dirichlet noise
 (training only), the search, the visit-count temperature keyed on the learner's
 training step, greedy moves from ``greedy_after_moves`` on, and legal masks (at the
 root, and inside the tree for board games where a move occupies a cell).
@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.mcts import RootOutputs, allocate_tree, search, select_action
 
 

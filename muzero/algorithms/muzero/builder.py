@@ -7,11 +7,13 @@ import envs
 
 from muzero import core
 from muzero.algorithms.muzero import defaults
-from muzero.config import NETWORK_PARTS, ConfigError, MuZeroConfig
-from muzero.learner.settings import replace_section
+from muzero.algorithms.muzero.config import NETWORK_PARTS, MuZeroConfig
+from muzero.config import ConfigError
+from muzero.settings import replace_section
 
 
 class MuZeroBuilder(core.Builder):
+    summary = "search actors, prioritized replay"
     name = "muzero"
     config_class = MuZeroConfig
     ingestion = "trajectory"
@@ -19,6 +21,14 @@ class MuZeroBuilder(core.Builder):
     presets = defaults.PRESETS
     multi_device = True
     trainable_parts = NETWORK_PARTS
+    shortcuts = (
+        core.Shortcut("simulations", "search", "num_simulations", "integer", "MCTS simulations per move"),
+        core.Shortcut("pretrain", "pretrain", "enabled", "boolean",
+                      "self-supervised pretraining run: actors play uniformly random legal moves, the learner "
+                      "trains only the representation and the pretrain head on two augmented views of replay "
+                      "observations (pretrain.objective ntxent or simsiam); no export at the end. Fine-tune "
+                      "with --init_checkpoint=<its logdir>. docs/PRETRAINING.md"),
+    )
 
     def default_settings(self, env: str):
         return defaults.run_defaults(env)
@@ -89,7 +99,7 @@ class MuZeroBuilder(core.Builder):
 
     def make_service(self, settings, descriptor, learner, context, server_config):
         from muzero.algorithms.muzero.service import MuZeroService
-        from muzero.rpc.config import CacheServiceConfig
+        from muzero.algorithms.muzero.config import CacheServiceConfig
         # One cache slot per acting env (twice, so a restarted actor's new lease never waits
         # for the old one's timeout), each with a node per simulation plus the root.
         # The reanalyse worker (targets.reanalyse_fraction > 0) leases one batch of slots too.
@@ -108,22 +118,66 @@ class MuZeroBuilder(core.Builder):
         return service
 
     def actor_target(self):
-        from muzero.actor.actor import run_actor
+        from muzero.algorithms.muzero.actor import run_actor
         return run_actor
 
     def actor_args(self, settings, index, address, client_config, training_step):
-        from muzero.actor.actor import ActorSettings
-        import envs
-        cfg: MuZeroConfig = settings.config
-        is_image = envs.describe(settings.env, **settings.env_options).is_image
         evaluation = index >= settings.num_actors
-        return (ActorSettings(
-            server=address, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
-            envs_per_actor=settings.eval_envs_per_actor if evaluation else settings.envs_per_actor,
-            actor_id=index, seed=settings.seed + 7919 * (training_step + 1), evaluation=evaluation,
-            stack_frames=cfg.targets.frames_for(is_image),
-            segment_length=cfg.replay.segment_length, client_config=client_config,
-            random_policy=cfg.pretrain.enabled),)
+        return (_actor_settings(
+            settings, server=address, envs_per_actor=settings.eval_envs_per_actor if evaluation
+            else settings.envs_per_actor, actor_id=index, seed=settings.seed + 7919 * (training_step + 1),
+            evaluation=evaluation, client_config=client_config),)
+
+    def remote_actor(self, settings, remote: core.RemoteActor) -> tuple:
+        import functools
+
+        from muzero.algorithms.muzero.actor import run_actor
+        actor = _actor_settings(settings, server=remote.server, envs_per_actor=remote.envs_per_actor
+                                or settings.envs_per_actor, actor_id=remote.actor_id, seed=remote.seed,
+                                evaluation=remote.evaluation, client_config=remote.client_config,
+                                max_env_steps=remote.max_env_steps)
+        banner = f"actor {remote.actor_id}: {actor.envs_per_actor} x {settings.env} -> {remote.server}"
+        return banner, functools.partial(run_actor, actor)
+
+    def play_export(self, export_dir: str, request: core.PlayRequest) -> dict:
+        """Greedy search with the export's search settings (``run.json``) changed by
+        ``request.overrides`` (``search.field=value`` only); tic-tac-toe against
+        ``request.opponent``."""
+        import numpy as np
+
+        from muzero.algorithms.muzero.evaluator import evaluate, load_run, override_search, search_config_from_run
+        run = load_run(export_dir) or {}
+        items = list(request.overrides)
+        simulations = None
+        named = [item.split("=", 1)[0] for item in items]
+        if not run and "search.num_simulations" in named:   # no saved search: start from the defaults
+            simulations = int(items.pop(named.index("search.num_simulations")).split("=", 1)[1])
+        search_config = override_search(search_config_from_run(run) if run else None, simulations, items)
+        opponent = None
+        if request.opponent != "none":
+            from envs.tictactoe import EMPTY, MinimaxPlayer
+            if request.opponent == "minimax":
+                opponent = MinimaxPlayer(seed=request.seed).act
+            else:
+                rng = np.random.default_rng(request.seed)
+                opponent = lambda board, to_play: int(rng.choice(np.flatnonzero(board == EMPTY)))  # noqa: E731
+        return evaluate(export_dir, request.episodes, num_envs=request.num_envs, seed=request.seed,
+                        env=request.env, env_options=request.env_options, search_config=search_config,
+                        opponent=opponent)
+
+
+def _actor_settings(settings, *, server, envs_per_actor, actor_id, seed, evaluation, client_config,
+                    max_env_steps=0):
+    """The search actor's ``ActorSettings`` for one actor of a run (``RunSettings``); a
+    pretraining run's actors play uniformly random legal moves."""
+    from muzero.algorithms.muzero.actor import ActorSettings
+    cfg: MuZeroConfig = settings.config
+    is_image = envs.describe(settings.env, **settings.env_options).is_image
+    return ActorSettings(
+        server=server, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
+        envs_per_actor=envs_per_actor, actor_id=actor_id, seed=seed, evaluation=evaluation,
+        stack_frames=cfg.targets.frames_for(is_image), segment_length=cfg.replay.segment_length,
+        max_env_steps=max_env_steps, client_config=client_config, random_policy=cfg.pretrain.enabled)
 
 
 BUILDER = MuZeroBuilder()

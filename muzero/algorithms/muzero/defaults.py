@@ -12,10 +12,11 @@ import dataclasses
 import math
 
 import envs
-from muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SearchConfig, SupportConfig, TargetConfig,
-                           TrainingConfig)
+from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SupportConfig,
+                                             TargetConfig, TrainingConfig)
+from muzero.mcts.config import SearchConfig
 from muzero.core import Preset
-from muzero.learner.settings import RunSettings, replace_sections
+from muzero.settings import RunSettings, replace_sections
 
 
 def _cartpole() -> RunSettings:
@@ -23,7 +24,7 @@ def _cartpole() -> RunSettings:
     # so a small value support (21 bins in h-space, up to h^-1(10) ~ 120) covers them.
     discount = 0.99
     return RunSettings(
-        env="cartpole",
+        env="cartpole", algo="muzero",
         config=MuZeroConfig(
             # Gumbel root (--set=search.root_selection=gumbel): value_scale 0.02, not mctx's 0.1.
             # With two actions the per-node rescaling turns any Q difference into sigma 0 and
@@ -105,7 +106,7 @@ def _tictactoe() -> RunSettings:
     # perfect player after 15 minutes, against 3-9 with a step-keyed temperature decay
     # and no augmentation (bench/learn.py --env=tictactoe, docs/BENCHMARKS.md).
     return RunSettings(
-        env="tictactoe",
+        env="tictactoe", algo="muzero",
         config=MuZeroConfig(
             search=SearchConfig(num_simulations=50, discount=1.0, known_bounds=(-1.0, 1.0), two_player=True,
                                 dirichlet_alpha=0.3, temperature=1.0, temperature_steps=(),
@@ -130,7 +131,7 @@ def _atari() -> RunSettings:
     # CPU-friendly: 8 stacked frames (paper 32), a narrow residual net; the rest as the paper
     # (K=5, n=10, discount 0.997, 601-bin supports, value loss weight 0.25).
     return RunSettings(
-        env="atari",
+        env="atari", algo="muzero",
         config=MuZeroConfig(
             search=SearchConfig(num_simulations=50),
             targets=TargetConfig(num_unroll_steps=5, td_steps=10, stack_frames=8),
@@ -163,7 +164,7 @@ def _minatar(env: str) -> RunSettings:
     # 6 actions, rewards of 1 per hit (Seaquest's surfacing bonus pays up to 10 at once).
     discount = 0.99   # as the MinAtar paper's DQN; values of 1-per-step rewards stay below 100
     return RunSettings(
-        env=env,
+        env=env, algo="muzero",
         config=MuZeroConfig(
             # 25 simulations (CartPole's): at most 6 actions; the search's cost per env step
             # is what limits acting on 2 cores.
@@ -254,7 +255,7 @@ MAX_SUPPORT_HALF_WIDTH = 300
 
 
 def _h(x: float, eps: float = 0.001) -> float:
-    """The value transform h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x (muzero.network.support)."""
+    """The value transform h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x (muzero.algorithms.muzero.network.support)."""
     return math.copysign(math.sqrt(abs(x) + 1.0) - 1.0, x) + eps * x
 
 

@@ -11,7 +11,7 @@ weights every that many steps (``Trainer.bootstrap_values``).
 With ``devices`` (``muzero.distribute.configure_devices``, ``--learner_devices=N``) the
 trained network, optimiser, step and checkpoint live under a ``MirroredStrategy`` (one
 copy per device) and each step is data parallel
-(``muzero.network.loss.make_distributed_train_step``); the serving copy is a plain
+(``muzero.algorithms.muzero.network.loss.make_distributed_train_step``); the serving copy is a plain
 network on the first device, so inference runs on one device. The checkpoint holds one
 value per variable either way: checkpoints move freely between 1 and N devices.
 
@@ -24,7 +24,7 @@ when configured), trains and writes the new priorities back. With
 (``reanalyse.ReanalyseWorker``, docs/REANALYSE.md), which ``close()`` stops.
 
 Layer skipping (``NetworkConfig.skip_fraction > 0``): each step draws its ``n_forward`` on
-the host from (seed, training step) (``muzero.network.networks.draw_n_forward``) and passes
+the host from (seed, training step) (``muzero.algorithms.muzero.network.networks.draw_n_forward``) and passes
 it into the train step as a float32 scalar tensor (one trace for every value; the same
 number on every replica). The consistency loss (``TrainingConfig.consistency_loss_weight
 > 0``) builds the trained network with its ``pretrain_head``, trained with the rest and
@@ -52,15 +52,16 @@ import tensorflow as tf
 
 import envs
 from muzero import core
-from muzero.config import ConfigError, MuZeroConfig, TrainingConfig
+from muzero.algorithms.muzero.config import MuZeroConfig, TrainingConfig
+from muzero.config import ConfigError
 from muzero.distribute import configure_devices, host_seed, make_strategy
-from muzero.learner.checkpoints import RestoreSummary, restore_parts
-from muzero.network import export_saved_model, make_network, make_train_step
-from muzero.network.loss import make_distributed_train_step
+from muzero.checkpoints import RestoreSummary, restore_parts
+from muzero.algorithms.muzero.network import export_saved_model, make_network, make_train_step
+from muzero.algorithms.muzero.network.loss import make_distributed_train_step
 from muzero.network.layers import variable_averager, variable_copier
-from muzero.network.networks import PARTS, draw_n_forward
-from muzero.replay import Replay, ReplayClosedError
-from muzero.replay.augment import augment_board_batch, augment_mirror_batch
+from muzero.algorithms.muzero.network.networks import PARTS, draw_n_forward
+from muzero.algorithms.muzero.replay import Replay, ReplayClosedError
+from muzero.algorithms.muzero.augment import augment_board_batch, augment_mirror_batch
 from muzero.replay.store import MAX_ABS_SCALAR
 from muzero.rpc.server import RequestError
 
@@ -165,7 +166,7 @@ class Trainer:
         weights with ``serving_ema_decay`` > 0, else the trained network."""
         return self.average if self.average is not None else self.network
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         """Copies the served weights (``served_network``) into the serving network (call
         between inference batches); mirrored weights are read in cross-replica context (all
         copies are equal)."""
@@ -243,7 +244,7 @@ class Trainer:
 
 def init_network_from(trainer, path: str) -> RestoreSummary:
     """Fine-tuning: loads into ``trainer.network`` every part a checkpoint holds
-    (``muzero.learner.checkpoints.restore_parts``: representation and pretrain head from
+    (``muzero.checkpoints.restore_parts``: representation and pretrain head from
     a pretraining run, every part from a MuZero run), then copies the weights to the
     serving network. ``trainer`` has ``network``, ``copy_to_serving()`` and optionally a
     ``strategy`` (data-parallel training: variables are assigned in its scope)."""
@@ -369,7 +370,7 @@ class MuZeroLearner(core.Learner):
                 metrics.update(self.reanalyse.stats())
         return metrics
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self.trainer.copy_to_serving()
 
     def save(self, directory: str) -> None:
@@ -407,7 +408,7 @@ class MuZeroLearner(core.Learner):
         return self.init_summary.source
 
     def export(self, directory: str) -> None:
-        from muzero.eval.evaluator import write_run
+        from muzero.algorithms.muzero.evaluator import write_run
         export_saved_model(self.trainer.served_network, directory)
         write_run(directory, self.settings.env, dict(self.settings.env_options), self.config.search,
                   self.config.targets.frames_for(self.descriptor.is_image))

@@ -4,8 +4,8 @@ A pretraining run is a MuZero run in every respect but two: its actors play unif
 random legal moves (``ActorSettings.random_policy``, set by the builder), and its
 learner is ``PretrainLearner``: it samples observations from the same prioritized
 replay the actors push to (positions are never re-prioritised, so sampling is uniform),
-makes two augmented views of each (``muzero.network.pretrain.augment_views``), and
-trains only the representation and the pretrain head (``muzero.network.ssl``) with the
+makes two augmented views of each (``muzero.algorithms.muzero.network.pretrain.augment_views``), and
+trains only the representation and the pretrain head (``muzero.algorithms.muzero.network.ssl``) with the
 objective of ``PretrainConfig``. Dynamics and prediction are neither trained nor saved.
 
 Checkpoints have the MuZero learner's layout: ``model`` (a ``tf.train.Checkpoint`` whose
@@ -29,13 +29,14 @@ import tensorflow as tf
 
 from muzero import core
 from muzero.algorithms.muzero.learning import MuZeroLearner, make_optimizer, set_rng_state
-from muzero.config import ConfigError, MuZeroConfig
+from muzero.algorithms.muzero.config import MuZeroConfig
+from muzero.config import ConfigError
 from muzero.distribute import host_seed
-from muzero.learner.checkpoints import restore_parts
-from muzero.network import make_network
+from muzero.checkpoints import restore_parts
+from muzero.algorithms.muzero.network import make_network
 from muzero.network.layers import variable_copier
-from muzero.network.pretrain import augment_views, pretrain_objective
-from muzero.replay import Replay
+from muzero.algorithms.muzero.network.pretrain import augment_views, pretrain_objective
+from muzero.algorithms.muzero.replay import Replay
 
 # The parts a pretraining run trains and checkpoints.
 PRETRAIN_PARTS = ("representation", "pretrain_head")
@@ -113,7 +114,7 @@ class PretrainTrainer:
         self.step.assign_add(1)
         return {k: float(v) for k, v in metrics.items()}
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         """Copies the trained representation into the serving network (nothing else changes)."""
         self._copy_weights()
 
@@ -158,7 +159,7 @@ class PretrainLearner(core.Learner):
         batch = self.replay.sample(batch_size, timeout=1.0)
         return self.trainer.train(batch["observation"], self.rng)
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self.trainer.copy_to_serving()
 
     # The files of a MuZero checkpoint: model, replay snapshot, learner.json (RNG, segments).

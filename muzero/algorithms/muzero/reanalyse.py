@@ -31,8 +31,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from muzero.algorithms.muzero.acting import SearchPolicy
-from muzero.config import SearchConfig
-from muzero.replay import Replay, ReplayClosedError
+from muzero.mcts.config import SearchConfig
+from muzero.algorithms.muzero.replay import Replay, ReplayClosedError
 
 # Lease actor id of the worker (actors use 0..N-1).
 REANALYSE_ACTOR_ID = -1

@@ -44,8 +44,10 @@ import numpy as np
 
 from muzero import core
 from muzero.rpc import checks, wire
-from muzero.rpc.config import CacheServiceConfig, ServerConfig
-from muzero.rpc.latent_cache import LeaseTable, NumpyLatentCache, TFLatentCache
+from muzero.algorithms.muzero.config import CacheServiceConfig
+from muzero.rpc.config import ServerConfig
+from muzero.algorithms.muzero.latent_cache import NumpyLatentCache, TFLatentCache
+from muzero.rpc.leases import LeaseTable
 from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 
 _OUTPUT_KEYS = ("value", "reward", "policy_logits", "hidden_state")

@@ -1,6 +1,6 @@
 """Wiring of PPO into the generic run loop: ``BUILDER = PPOBuilder()`` (``muzero.core.Builder``).
 
-PPO uses step streaming: thin actors (``muzero.actor.streaming``) send observations and
+PPO uses step streaming: thin actors (``muzero.algorithms.streaming_actor``) send observations and
 rewards, ``muzero.algorithms.streaming.StepStreamingService`` acts with the learner's
 ``PPOPolicy`` and hands finished unrolls to the learner's queue.
 
@@ -21,9 +21,9 @@ Imports no TensorFlow until a learner or service is made.
 """
 from __future__ import annotations
 
-from muzero import core
+from muzero import algorithms, core
 from muzero.algorithms.ppo.config import PPOConfig, PPONetworkConfig, PPOTrainingConfig
-from muzero.algorithms.streaming import StreamingBuilder
+from muzero.algorithms.streaming_builder import StreamingBuilder
 from muzero.config import ConfigError
 
 NAME = "ppo"
@@ -49,12 +49,13 @@ ATARI_CONFIG = PPOConfig(
 
 class PPOBuilder(StreamingBuilder):
     """Makes PPO's learner, streaming service and thin actors."""
+    summary = "thin actors, clipped policy updates"
 
     name = NAME
     config_class = PPOConfig
 
     def default_settings(self, env: str):
-        from muzero.learner.settings import RunSettings
+        from muzero.settings import RunSettings
         if env == "cartpole":
             return RunSettings(env=env, algo=NAME, config=CARTPOLE_CONFIG, num_actors=2, envs_per_actor=4,
                                num_eval_actors=1, eval_envs_per_actor=4, publish_every_steps=1,
@@ -87,7 +88,7 @@ class PPOBuilder(StreamingBuilder):
         if trainable_parts:
             raise ConfigError(f"--algo=ppo trains every part of its networks; trainable parts "
                               f"{list(trainable_parts)} are a MuZero option")
-        self.check_env(descriptor)
+        algorithms.check_env(self, descriptor)
         from muzero.algorithms.ppo.learning import PPOLearner
         return PPOLearner(descriptor, settings.config, seed=settings.seed, stop_event=context.stop_event)
 

@@ -340,7 +340,7 @@ class PPOLearner(CheckpointedLearner):
 
     # -- weights ---------------------------------------------------------------------------------
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self._copy_weights()
 
     # save / restore / init_from: CheckpointedLearner. The unroll queue is not saved: on-policy

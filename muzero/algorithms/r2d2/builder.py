@@ -13,10 +13,10 @@ Supported envs: single-player, discrete actions (``cartpole`` with or without
 from __future__ import annotations
 
 
-from muzero import core
+from muzero import algorithms, core
 from muzero.algorithms.r2d2.config import (R2D2ActingConfig, R2D2Config, R2D2NetworkConfig, R2D2ReplayConfig,
                                            R2D2TrainingConfig)
-from muzero.algorithms.streaming import StreamingBuilder
+from muzero.algorithms.streaming_builder import StreamingBuilder
 from muzero.config import ConfigError
 
 NAME = "r2d2"
@@ -52,14 +52,14 @@ ATARI_CONFIG = R2D2Config()
 
 
 def _cartpole_settings(env: str):
-    from muzero.learner.settings import RunSettings
+    from muzero.settings import RunSettings
     return RunSettings(env=env, algo=NAME, config=CARTPOLE_CONFIG, num_actors=1, envs_per_actor=16,
                        num_eval_actors=1, eval_envs_per_actor=4, publish_every_steps=1,
                        summary_every_steps=50, checkpoint_every_secs=120.0)
 
 
 def _atari_settings(env: str):
-    from muzero.learner.settings import RunSettings
+    from muzero.settings import RunSettings
     return RunSettings(env=env, algo=NAME, config=ATARI_CONFIG, num_actors=2, envs_per_actor=16,
                        num_eval_actors=1, eval_envs_per_actor=4, publish_every_steps=1,
                        summary_every_steps=20, checkpoint_every_secs=600.0)
@@ -67,12 +67,13 @@ def _atari_settings(env: str):
 
 def _gym_settings(env: str):
     # Gymnasium ids: the CartPole defaults, with the conv torso picked for image observations.
-    from muzero.learner.settings import replace_sections
+    from muzero.settings import replace_sections
     return replace_sections(_cartpole_settings(env), {"network": {"torso": "auto"}})
 
 
 class R2D2Builder(StreamingBuilder):
     """Makes R2D2's learner, streaming service (overlap = burn-in) and thin actors."""
+    summary = "recurrent Q-learning from replay, discrete actions"
 
     name = NAME
     config_class = R2D2Config
@@ -106,7 +107,7 @@ class R2D2Builder(StreamingBuilder):
         if trainable_parts:
             raise ConfigError(f"--algo=r2d2 trains the whole network; trainable parts {list(trainable_parts)} "
                               "are a MuZero option")
-        self.check_env(descriptor)
+        algorithms.check_env(self, descriptor)
         from muzero.algorithms.r2d2.learning import R2D2Learner
         return R2D2Learner(settings, descriptor, context)
 

@@ -30,6 +30,9 @@ h^-1(max_a Q) of that observation with a ZERO recurrent state and zero previous 
 reward (the protocol's ``value`` sees no state). That is an approximation: for a partially
 observed env the value of a final state depends on the history the network no longer has.
 
+Size: the sequence replay, the loss and the learner share the burn-in and priority rules
+stated above; one module keeps them side by side.
+
 Imports NumPy, TensorFlow and this package.
 """
 from __future__ import annotations
@@ -47,7 +50,7 @@ from muzero.algorithms.r2d2.networks import STATE_KEYS, R2D2Network, make_networ
 from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.config import ConfigError, to_dict
 from muzero.network.layers import variable_copier
-from muzero.network.support import tf_h_inverse, tf_h_transform
+from muzero.network.transforms import tf_h_inverse, tf_h_transform
 
 ALGO = "r2d2"
 MIN_PRIORITY = 1e-6     # priorities must be > 0 (a sequence with zero TD errors stays sampleable)
@@ -56,7 +59,7 @@ MIN_PRIORITY = 1e-6     # priorities must be > 0 (a sequence with zero TD errors
 # -- pure functions ------------------------------------------------------------------------------
 
 # h and its inverse (Pohlen et al. 2018) are the ones the categorical supports use, in forms
-# without cancellation near 0 (muzero.network.support).
+# without cancellation near 0 (muzero.algorithms.muzero.network.support).
 value_rescale = tf_h_transform
 inverse_value_rescale = tf_h_inverse
 
@@ -457,7 +460,7 @@ class R2D2Learner(CheckpointedLearner):
         return int(self._step.numpy())
 
     # -- weights and checkpoints -----------------------------------------------------------------
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self._copy_serving()
 
     def learner_state(self) -> dict:

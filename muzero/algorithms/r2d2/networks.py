@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from muzero.algorithms.r2d2.config import R2D2NetworkConfig
-from muzero.algorithms.vtrace.networks import choose_torso, make_torso
+from muzero.network.torsos import choose_torso, make_torso
 from muzero.network.layers import Dense
 
 _ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}

@@ -1,6 +1,6 @@
 """Wiring of SAC into the generic run loop: ``BUILDER = SACBuilder()`` (``muzero.core.Builder``).
 
-SAC uses step streaming: thin actors (``muzero.actor.streaming``) send observations and
+SAC uses step streaming: thin actors (``muzero.algorithms.streaming_actor``) send observations and
 rewards; ``muzero.algorithms.streaming.StepStreamingService`` acts with the learner's
 ``SACPolicy`` and hands unrolls (with the observations episodes ended on) to the learner,
 which stores their transitions in its replay.
@@ -20,9 +20,9 @@ Imports no TensorFlow until a learner or service is made.
 """
 from __future__ import annotations
 
-from muzero import core
+from muzero import algorithms, core
 from muzero.algorithms.sac.config import SACConfig, SACTrainingConfig
-from muzero.algorithms.streaming import StreamingBuilder
+from muzero.algorithms.streaming_builder import StreamingBuilder
 from muzero.config import ConfigError
 
 NAME = "sac"
@@ -37,6 +37,7 @@ GOAL_ENVS = ("reach", "gym:FetchReach-v4")
 
 class SACBuilder(StreamingBuilder):
     """Makes SAC's learner, streaming service and thin actors."""
+    summary = "soft actor-critic from replay, box or discrete actions, hindsight relabelling"
 
     name = NAME
     config_class = SACConfig
@@ -50,7 +51,7 @@ class SACBuilder(StreamingBuilder):
         return reason
 
     def default_settings(self, env: str):
-        from muzero.learner.settings import RunSettings
+        from muzero.settings import RunSettings
         if not isinstance(env, str) or not (env in ("cartpole", "reach") or (env.startswith("gym:") and len(env) > 4)):
             raise ValueError(f"--algo=sac has no defaults for env {env!r}; it has defaults for cartpole, reach "
                              "and gym:<ID> (single-player envs with vector observations)")
@@ -72,7 +73,7 @@ class SACBuilder(StreamingBuilder):
         if trainable_parts:
             raise ConfigError(f"--algo=sac trains every part of its networks; trainable parts "
                               f"{list(trainable_parts)} are a MuZero option")
-        self.check_env(descriptor)
+        algorithms.check_env(self, descriptor)
         from muzero.algorithms.sac.learning import SACLearner
         return SACLearner(descriptor, settings.config, seed=settings.seed, env=settings.env,
                           env_options=dict(settings.env_options))

@@ -288,7 +288,7 @@ class SACLearner(CheckpointedLearner):
         return int(self._step.numpy())
 
     # -- weights and checkpoints --------------------------------------------------------------------
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self._copy_weights()
 
     def learner_state(self) -> dict:

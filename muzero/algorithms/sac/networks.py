@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from muzero.algorithms.sac.config import SACNetworkConfig
-from muzero.algorithms.vtrace.networks import MLPTorso
+from muzero.network.torsos import MLPTorso
 from muzero.network.layers import Dense
 
 _LOG_2PI = math.log(2.0 * math.pi)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from muzero import core
-from muzero.algorithms.streaming import StreamingBuilder
+from muzero.algorithms.streaming_builder import StreamingBuilder
 from muzero.algorithms.vtrace.config import VTraceConfig, VTraceNetworkConfig, VTraceTrainingConfig
 from muzero.config import ConfigError
 
@@ -21,7 +21,7 @@ NAME = "vtrace"
 
 
 def _cartpole_settings(env: str):
-    from muzero.learner.settings import RunSettings
+    from muzero.settings import RunSettings
     # CartPole-v1. V-trace uses each step once (no epochs, no replay), so what decides the
     # sample efficiency is the number of updates per env step: small batches of short unrolls,
     # 8 x 16 = 128 agent steps per update, with Adam 2e-3 (A2C-like). Measured with a synchronous
@@ -46,7 +46,7 @@ def _cartpole_settings(env: str):
 
 
 def _atari_settings(env: str):
-    from muzero.learner.settings import RunSettings
+    from muzero.settings import RunSettings
     # SEED's Atari V-trace: batch 32 unrolls of 100 steps would be 3,200 frames of 96x96 per step on
     # CPU; 20-step unrolls keep a batch at 640 frames. Adam 4.8e-4 with SEED's beta1 0 and epsilon,
     # linear decay over 200k updates, entropy 0.01 (6-18 actions), rewards clipped to [-1, 1].
@@ -64,11 +64,12 @@ def _atari_settings(env: str):
 
 def _gym_settings(env: str):
     # Gymnasium ids: the CartPole defaults, with the conv torso picked for image observations.
-    from muzero.learner.settings import replace_sections
+    from muzero.settings import replace_sections
     return replace_sections(_cartpole_settings(env), {"network": {"torso": "auto"}})
 
 
 class VTraceBuilder(StreamingBuilder):
+    summary = "IMPALA: thin actors, V-trace off-policy correction"
     name = NAME
     config_class = VTraceConfig
 

@@ -424,7 +424,7 @@ class VTraceLearner(CheckpointedLearner):
         """Where the service puts finished unrolls (blocks while the queue is full)."""
         return self.queue.put(unroll)
 
-    def copy_to_serving(self, _model=None) -> None:
+    def copy_to_serving(self) -> None:
         self._copy_weights()
 
     # -- checkpoints (save / restore / init_from: CheckpointedLearner) ---------------------------

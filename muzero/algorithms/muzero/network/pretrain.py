@@ -4,7 +4,7 @@ A pretraining run (``--pretrain``, ``muzero.algorithms.muzero.pretraining``) tak
 batch of observations x [B, *input_shape] from the replay, makes two augmented views
 x1, x2 of every observation (``augment_views``), encodes both with the representation
 (h = representation(x)) and trains the representation and the network's
-``pretrain_head`` (projection g and predictor q of ``muzero.network.ssl``) with one of
+``pretrain_head`` (projection g and predictor q of ``muzero.algorithms.muzero.network.ssl``) with one of
 two objectives (``PretrainConfig.objective``):
 
 * ``ntxent`` (SimCLR's normalised temperature-scaled cross-entropy, as SEED RL's MuZero
@@ -29,14 +29,14 @@ under its seed):
   float32 before going back to uint8, so nothing overflows;
 * vectors (float [B, D]): Gaussian noise with standard deviation ``noise_std``.
 
-Imports NumPy, TensorFlow and ``muzero.network.ssl`` (``negative_cosine``) only.
+Imports NumPy, TensorFlow and ``muzero.algorithms.muzero.network.ssl`` (``negative_cosine``) only.
 """
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
-from muzero.network.ssl import negative_cosine
+from muzero.algorithms.muzero.network.ssl import negative_cosine
 
 OBJECTIVES = ("ntxent", "simsiam")
 

@@ -1,21 +1,12 @@
-"""Server-side latent cache: hidden states of every actor's search trees, and slot leases.
+"""Slot leases of a cache that actors write into (``LeaseTable``).
 
-Storage is one preallocated array of rows ``[(slots + 1) * max_nodes, *hidden]``;
-row ``slot * max_nodes + node`` holds the hidden state of node ``node`` of the tree
-in ``slot``. The extra last slot is a trash slot: writes of requests whose lease
-died while they were queued are redirected there, so they cannot touch slots that
-were meanwhile leased to someone else.
+An actor registers ``(actor_id, run_id, num_envs, num_nodes)`` and receives a lease
+(random 63-bit id) over ``num_envs`` slots of the cache (at most ``max_lease_slots``, so
+one caller cannot take the whole cache); MuZero's latent cache
+(``muzero.algorithms.muzero.latent_cache``) keeps one search tree's hidden states per slot.
 
-* ``NumpyLatentCache``: a numpy array (for NumPy models and tests).
-* ``TFLatentCache``: a ``tf.Variable`` on the model's device, with the hidden
-  dimensions flattened (``[rows, prod(hidden)]``); gather and scatter run in
-  TensorFlow so hidden states never round-trip through numpy.
-
-``LeaseTable`` hands out slots: an actor registers ``(actor_id, run_id, num_envs,
-num_nodes)`` and receives a lease (random 63-bit id) over ``num_envs`` slots (at most
-``max_lease_slots``, so one caller cannot take the whole cache). A new registration
-by the same actor releases its previous lease (SEED's run-id rule), but only when it
-comes from the same run (re-registering, e.g. after a server restart) or the old lease
+A new registration by the same actor releases its previous lease (SEED's run-id rule),
+but only when it comes from the same run (re-registering, e.g. after a server restart) or the old lease
 has been idle for ``supersede_idle_s`` (a restarted actor's predecessor is dead, so its
 lease is idle); otherwise the registration is refused with ``UNAVAILABLE`` (retry
 later) and the live lease keeps working, so another local process cannot end an
@@ -25,13 +16,11 @@ Ended leases are remembered (bounded) so a caller learns *why* its lease is gone
 ``superseded`` (do not re-register: a newer run of this actor owns it),
 ``expired`` or ``unknown`` (e.g. the server restarted: register again).
 
-This module imports numpy and the standard library; TensorFlow is imported only
-when a ``TFLatentCache`` is built.
+This module imports grpc, numpy and the standard library, never TensorFlow.
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import secrets
 import threading
 import time
@@ -181,51 +170,3 @@ class LeaseTable:
             self._ended.popitem(last=False)
 
 
-class NumpyLatentCache:
-    """Rows ``[(slots + 1) * max_nodes, *hidden]`` in a numpy array."""
-
-    backend = "numpy"
-
-    def __init__(self, num_slots: int, max_nodes: int, hidden_shape: tuple, dtype):
-        rows = (num_slots + 1) * max_nodes
-        self.storage = np.zeros((rows, *hidden_shape), dtype)
-
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """rows [B] int64 -> hidden [B, *hidden]."""
-        return self.storage[rows]
-
-    def scatter(self, rows: np.ndarray, hidden) -> None:
-        """rows [B] int64, hidden [B, *hidden]."""
-        self.storage[rows] = hidden
-
-
-class TFLatentCache:
-    """Rows ``[(slots + 1) * max_nodes, prod(hidden)]`` in a ``tf.Variable`` on ``device``.
-
-    The variable is 2-D (hidden states flattened): TensorFlow's CPU scatter kernel
-    is about twice as fast on 2-D rows as on [rows, 6, 6, 64]."""
-
-    backend = "tensorflow"
-
-    def __init__(self, num_slots: int, max_nodes: int, hidden_shape: tuple, dtype,
-                 device: Optional[str] = None):
-        import tensorflow as tf
-
-        rows = (num_slots + 1) * max_nodes
-        self.hidden_shape = tuple(hidden_shape)
-        width = int(np.prod(hidden_shape, dtype=np.int64))
-        with tf.device(device) if device else contextlib.nullcontext():
-            self.variable = tf.Variable(tf.zeros((rows, width), tf.as_dtype(dtype)),
-                                        trainable=False, name="latent_cache")
-
-    def gather(self, rows):
-        """rows [B] int64 -> hidden [B, *hidden] (tf.Tensor); usable inside tf.function."""
-        import tensorflow as tf
-        return tf.reshape(tf.gather(self.variable, rows), (-1, *self.hidden_shape))
-
-    def scatter(self, rows, hidden) -> None:
-        """rows [B] int64, hidden [B, *hidden]; usable inside tf.function."""
-        import tensorflow as tf
-        flat = tf.reshape(tf.cast(hidden, self.variable.dtype), (-1, self.variable.shape[1]))
-        tf.raw_ops.ResourceScatterUpdate(resource=self.variable.handle, indices=rows,
-                                         updates=flat)

@@ -25,7 +25,7 @@ class RunSettings:
 
     env: str
     config: Any
-    algo: str = "muzero"
+    algo: str                      # the name muzero.algorithms.get knows it by
     env_options: dict = dataclasses.field(default_factory=dict)
     num_actors: int = 2
     envs_per_actor: int = 16
@@ -113,21 +113,17 @@ class RunSettings:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunSettings":
-        """Inverse of to_dict (a run's config.json); unknown fields raise ConfigError."""
-        from muzero import algorithms
+    def from_dict(cls, data: dict, config_class) -> "RunSettings":
+        """Inverse of to_dict (a run's config.json) whose algorithm's config dataclass is
+        ``config_class`` (``muzero.algorithms.settings_from_dict`` looks it up by ``algo``);
+        unknown fields raise ConfigError."""
         if not isinstance(data, dict):
             raise ConfigError(f"RunSettings: expected a JSON object, got {type(data).__name__}")
-        missing = [k for k in ("env", "config") if k not in data]
+        missing = [k for k in ("env", "config", "algo") if k not in data]
         if missing:
             raise ConfigError(f"RunSettings: missing field(s) {missing} (a config.json written by a run has them)")
-        algo = data.get("algo", "muzero")
         try:
-            builder = algorithms.get(algo)
-        except algorithms.UnknownAlgorithmError as e:
-            raise ConfigError(str(e)) from None
-        try:
-            data = dict(data, algo=algo, config=from_dict(builder.config_class, data["config"]))
+            data = dict(data, config=from_dict(config_class, data["config"]))
             return from_dict(cls, data)
         except TypeError as e:   # a section given as a list or number instead of an object
             raise ConfigError(f"RunSettings: {e}") from None

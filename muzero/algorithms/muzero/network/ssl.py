@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from muzero.config import NetworkConfig
+from muzero.algorithms.muzero.config import NetworkConfig
 from muzero.network import layers
 
 # Seeds of the head's own generator: the head's weights are a pure function of the

@@ -28,8 +28,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from muzero.network.networks import OUTPUT_KEYS, PARTS
-from muzero.network.support import support_description
+from muzero.algorithms.muzero.network.networks import OUTPUT_KEYS, PARTS
+from muzero.algorithms.muzero.network.support import support_description
 
 EXPORT_JSON = "muzero_export.json"
 FORMAT_VERSION = 1

@@ -26,9 +26,9 @@ from typing import Optional
 import numpy as np
 
 import envs
-from muzero.actor.segments import SegmentBuilder
+from muzero.algorithms.muzero.segments import SegmentBuilder
 from muzero.algorithms.muzero.acting import RandomPolicy, SearchPolicy
-from muzero.config import SearchConfig
+from muzero.mcts.config import SearchConfig
 from muzero.observation import FrameHistory
 
 
@@ -227,7 +227,7 @@ class Actor:
 
 def run_actor(settings: ActorSettings) -> None:
     """Process entry point: connect, register, act until SIGTERM/SIGINT or max_env_steps."""
-    from muzero.rpc.client import InferenceClient
+    from muzero.algorithms.muzero.client import InferenceClient
     from muzero.rpc.config import ClientConfig
     config = settings.client_config or ClientConfig()
     client = InferenceClient(settings.server, actor_id=settings.actor_id, config=config)
@@ -236,5 +236,5 @@ def run_actor(settings: ActorSettings) -> None:
     except BaseException:
         client.close()
         raise
-    from muzero.actor.process import run_until_stopped
+    from muzero.process import run_until_stopped
     run_until_stopped(actor, client)

@@ -24,7 +24,7 @@ targets (values and rewards two-hot encoded over their supports):
   stop_gradient(project(representation(o_{t+k})))) for k = 1..K, masked by
   ``policy_mask[:, k]`` (the observation exists) and scaled like the recurrent terms;
   ``loss_b`` gains w_c * sum_k scale_k m_k c_k. The projection and predictor are the
-  network's ``pretrain_head`` (``muzero.network.ssl``); the target representation runs
+  network's ``pretrain_head`` (``muzero.algorithms.muzero.network.ssl``); the target representation runs
   every block (no layer skipping) and receives no gradient.
 * Weight decay covers the trained variables except the ``pretrain_head``'s.
 * Layer skipping: ``n_forward`` (a float scalar tensor, ``networks.draw_n_forward``) is
@@ -46,9 +46,9 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from muzero.config import TrainingConfig
-from muzero.network.ssl import negative_cosine
-from muzero.network.support import tf_logits_to_scalar, tf_scalar_to_two_hot
+from muzero.algorithms.muzero.config import TrainingConfig
+from muzero.algorithms.muzero.network.ssl import negative_cosine
+from muzero.algorithms.muzero.network.support import tf_logits_to_scalar, tf_scalar_to_two_hot
 
 BATCH_KEYS = ("observation", "actions", "target_value", "target_reward", "target_policy",
               "value_mask", "reward_mask", "policy_mask", "importance_weight")

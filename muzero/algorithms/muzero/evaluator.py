@@ -20,7 +20,8 @@ import numpy as np
 
 import envs
 from muzero.algorithms.muzero.acting import SearchPolicy
-from muzero.config import SearchConfig, from_dict, parse_override, to_dict
+from muzero.config import from_dict, parse_override, to_dict
+from muzero.mcts.config import SearchConfig
 from muzero.observation import FrameHistory
 
 RUN_JSON = "run.json"

@@ -23,7 +23,7 @@ in the state the value belongs to; rewards are from the point of view of the pla
 who made the move. Both are categorical over the supports in ``NetworkConfig``.
 
 Variables are grouped by part -- ``representation``, ``dynamics``, ``prediction`` (and
-``pretrain_head``, the projection + predictor of ``muzero.network.ssl``, when the network
+``pretrain_head``, the projection + predictor of ``muzero.algorithms.muzero.network.ssl``, when the network
 is built ``with_ssl_head``) -- so a run can train, freeze or restore each part
 (``variables_by_part()``, or ``tf.train.Checkpoint(representation=net.representation)``).
 The pretrain head is a training aid: inference never uses it and exports leave it out.
@@ -46,11 +46,12 @@ import numpy as np
 import tensorflow as tf
 
 from envs.base import EnvDescriptor
-from muzero.config import NETWORK_PARTS as PARTS
-from muzero.config import ConfigError, NetworkConfig
+from muzero.algorithms.muzero.config import NETWORK_PARTS as PARTS
+from muzero.algorithms.muzero.config import NetworkConfig
+from muzero.config import ConfigError
 from muzero.network import layers
-from muzero.network.ssl import SSLHead
-from muzero.network.support import tf_logits_to_scalar
+from muzero.algorithms.muzero.network.ssl import SSLHead
+from muzero.algorithms.muzero.network.support import tf_logits_to_scalar
 from muzero.observation import network_input_shape
 
 OUTPUT_KEYS = ("value", "reward", "policy_logits", "value_logits", "reward_logits",
@@ -355,7 +356,7 @@ class MuZeroNetwork(tf.Module):
         self.representation = representation
         self.dynamics = dynamics
         self.prediction = prediction
-        # muzero.network.ssl.SSLHead (projection + predictor) or None; see make_network.
+        # muzero.algorithms.muzero.network.ssl.SSLHead (projection + predictor) or None; see make_network.
         self.pretrain_head: Optional[tf.Module] = pretrain_head
         # Residual torso blocks layer skipping acts on (in the representation and in the
         # dynamics); 0 for the MLP torso.
@@ -443,7 +444,7 @@ def make_network(descriptor: EnvDescriptor, config: NetworkConfig, stack_frames:
 
     ``stack_frames`` is the number of frames per input for image envs (``TargetConfig``);
     vector and board envs must pass 1. ``with_ssl_head`` also builds ``pretrain_head``
-    (``muzero.network.ssl.SSLHead``: projection + predictor sized by ``NetworkConfig``),
+    (``muzero.algorithms.muzero.network.ssl.SSLHead``: projection + predictor sized by ``NetworkConfig``),
     which the consistency loss and pretraining need; the other parts' weights are the
     same with or without it.
     """

@@ -27,7 +27,6 @@ import grpc
 import numpy as np
 
 import envs
-from muzero.algorithms.streaming import ENV_ID_CLASH, NONFINITE_ACTION, STREAMING_SERVICE
 from muzero.rpc import wire
 from muzero.rpc.client import ServerError, open_channel
 from muzero.rpc.config import ClientConfig
@@ -35,6 +34,12 @@ from muzero.rpc.config import ClientConfig
 # Call failures after which the actor reconnects (new run id, envs reset) instead of failing.
 _RECONNECT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                     grpc.StatusCode.CANCELLED)
+
+# The streaming learners' gRPC service, and the mz-error tags of its refusals (on which the
+# thin actor starts over under a new run id).
+STREAMING_SERVICE = "muzero.Streaming"
+ENV_ID_CLASH = "env-id-clash"
+NONFINITE_ACTION = "nonfinite-action"
 
 
 class BadActionError(RuntimeError):
@@ -326,12 +331,12 @@ def run_streaming_actor(settings: StreamingActorSettings,
         client.close()
         raise
 
-    from muzero.actor.process import run_until_stopped
+    from muzero.process import run_until_stopped
     run_until_stopped(actor, client)
 
 
 def streaming_actor_args(settings, index: int, address: str, client_config) -> tuple:
-    """``(StreamingActorSettings,)`` for actor ``index`` of a run (``muzero.learner.settings.
+    """``(StreamingActorSettings,)`` for actor ``index`` of a run (``muzero.settings.
     RunSettings``): indices < num_actors are training actors with env ids
     ``index * envs_per_actor + arange(envs_per_actor)``; the next num_eval_actors are
     evaluation actors with ids from ``num_actors * envs_per_actor + (index - num_actors) *

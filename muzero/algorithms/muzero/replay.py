@@ -18,13 +18,14 @@ from typing import Callable, Optional
 import numpy as np
 
 from envs.base import EnvDescriptor
-from muzero.config import ReplayConfig, TargetConfig, to_dict
+from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+from muzero.config import to_dict
 from muzero.observation import assemble_image_input, network_input_shape
 from muzero.replay import snapshot as snapshot_io
 from muzero.replay.rate_limiter import SampleToInsertRatio
 from muzero.replay.snapshot import SnapshotError
 from muzero.replay.store import TrajectoryStore, validate_segment
-from muzero.replay.targets import (build_targets, finish_values, gather_inputs, gather_next_inputs,
+from muzero.algorithms.muzero.targets import (build_targets, finish_values, gather_inputs, gather_next_inputs,
                                    unroll_policy_slots)
 
 # values_fn(observation [M, *network_input_shape], index [M] int64) -> values [M] float,
