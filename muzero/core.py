@@ -181,8 +181,9 @@ class InferenceService(abc.ABC):
         """Binds this service's methods on ``server`` (before ``server.start()``)."""
 
     @abc.abstractmethod
-    def update_weights(self, fn: Callable[[Any], None], version: int) -> None:
-        """Runs ``fn(served_model)`` between inference batches, then sets the weights version."""
+    def update_weights(self, fn: Callable[[], None], version: int) -> None:
+        """Runs ``fn()`` (the learner's ``copy_to_serving``) between inference batches, so no
+        batch sees half-copied weights, then sets the weights version."""
 
     def stats(self, reset: bool = False) -> dict:
         """Flat numbers for TensorBoard (batch sizes, latencies, cache use)."""

@@ -71,7 +71,7 @@ class CounterService(core.InferenceService):
         server.bind_unary("ping", lambda t, c: {}, service="test.Counter")
 
     def update_weights(self, fn, version):
-        fn(None)
+        fn()
 
 
 class CounterBuilder(core.Builder):

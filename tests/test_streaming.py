@@ -123,7 +123,7 @@ def test_policy_protocol_and_stream_info(harness_factory):
     assert info["action_shape"] == () and info["action_dtype"] == np.int32
     assert (info["num_actions"], info["unroll_length"], info["overlap"], info["max_batch"]) == (3, 3, 1, 16)
     assert info["weights_version"] == 0
-    h.service.update_weights(lambda p: setattr(p, "touched", True), version=7)
+    h.service.update_weights(lambda: setattr(h.policy, "touched", True), version=7)
     assert h.policy.touched and h.client.info()["weights_version"] == 7
     _, version = h.client.inference([0], 5, [0.0], [False], [False], np.zeros((1, 2), np.float32))
     assert version == 7

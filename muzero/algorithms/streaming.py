@@ -317,9 +317,9 @@ class StepStreamingService(core.InferenceService):
         return server
 
     def update_weights(self, fn: Callable, version: int) -> None:
-        """Runs ``fn(policy)`` between inference batches, then sets ``weights_version``."""
+        """Runs ``fn()`` between inference batches, then sets ``weights_version``."""
         with self.model_lock:
-            fn(self.policy)
+            fn()
             self.weights_version = int(version)
 
     def stats(self, reset: bool = False) -> dict:

@@ -220,8 +220,8 @@ class MuZeroService(core.InferenceService):
             return self.weights_version
 
     def update_weights(self, fn: Callable, version: int) -> None:
-        """``core.InferenceService``: ``fn(model)`` between batches, then the version."""
-        self.update_model(fn, version=version)
+        """``core.InferenceService``: ``fn()`` between batches, then the version."""
+        self.update_model(lambda _model: fn(), version=version)
 
     def set_weights_version(self, version: int) -> None:
         self.weights_version = int(version)
