@@ -128,6 +128,10 @@ def _edges_range(first, stop, node, logits, mask, has_mask, children_index, chil
     mask that allows no action at an interior node means the model is past the end of
     the game: every action then counts as legal. Returns the number of trees with a
     non-finite legal logit.
+
+    Length: one loop over trees whose phases (max, exp and sum in four lanes, priors, the
+    best unvisited action) share row views; split into helpers, each would pay Numba's
+    reference counting per array argument per tree (module docstring).
     """
     num_actions = logits.shape[1]
     num_trees = stop - first
