@@ -15,7 +15,7 @@ thing for every state.
 
 Written when a CartPole run that never learned (training return at a random policy's for
 8 minutes) turned out to have a policy head whose weights and gains had all shrunk to ~1e-4,
-the work of the L2 penalty under Adam (docs/BENCHMARKS.md, thirtieth session). Vector envs
+the work of the L2 penalty under Adam (docs/NETWORK.md, "Weight decay with Adam"). Vector envs
 (MLP torsos) only. Last lines: ``<mlp>_live=<share>`` and ``<mlp>_gain=<mean>`` per MLP (its
 first hidden layer), then ``prior_std=`` and ``value_std=``.
 """

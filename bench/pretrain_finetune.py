@@ -17,7 +17,7 @@ The comparison, pretraining frames and time counted:
   last 20 evaluation episodes, as bench/learn.py);
 - ``env_steps_ratio``: (pretraining env steps + the fine-tuning env steps at which its
   evaluation return first reached R) / the scratch run's env steps at its end; inf when the
-  fine-tuning run never reached R. The issue's goal is <= 0.7;
+  fine-tuning run never reached R. A ratio <= 0.7 means pretraining saves 30 % of the env steps;
 - ``final_return_finetune``: the fine-tuning run's return at the end (equal wall time).
 
 Linear probe (before the runs' comparison is printed): from ``--probe_steps`` steps of 16

@@ -12,7 +12,7 @@
         then mean_<player>= (the mean over exports) as the last lines.
 
 Written to find out whether the few-env-steps preset's greedy snapshots were held back by
-the search or by the model (docs/BENCHMARKS.md, nineteenth session).
+the search or by the model (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
