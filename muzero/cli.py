@@ -6,10 +6,22 @@ status 2, instead of a traceback.
 """
 from __future__ import annotations
 
+import json
 import sys
 from typing import Callable
 
 from absl import app
+
+
+def json_object_flag(name: str, text: str) -> dict:
+    """The JSON object ``--<name>`` holds; ValueError in one line when it is not one."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--{name} is not valid JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--{name} must be a JSON object, got {text!r}")
+    return value
 
 
 def run_main(main: Callable, errors: tuple = (ValueError, OSError)) -> None:

@@ -54,18 +54,14 @@ algorithms.define_shortcut_flags()
 
 def _settings(builder, data):
     """The run settings: the --config's, else the algorithm's defaults for --env; then --set."""
+    from muzero.cli import json_object_flag
     from muzero.config import parse_override
     from muzero.settings import replace_sections, sections
 
     if data is not None:
         settings = algorithms.settings_from_dict(data)
     else:
-        try:
-            options = json.loads(FLAGS.env_options)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--env_options is not JSON: {e}") from None
-        if not isinstance(options, dict):
-            raise ValueError(f"--env_options={FLAGS.env_options} must be a JSON object")
+        options = json_object_flag("env_options", FLAGS.env_options)
         settings = builder.default_settings(FLAGS.env)
         if options:
             settings = dataclasses.replace(settings, env_options=options)

@@ -18,8 +18,6 @@ Examples:
 """
 from __future__ import annotations
 
-import json
-
 from absl import flags
 
 from muzero import algorithms
@@ -43,7 +41,8 @@ def main(argv):
     from muzero import core
     if not FLAGS.export_dir:
         raise ValueError("--export_dir is required")
-    options = json.loads(FLAGS.env_options) if FLAGS.env_options else None
+    from muzero.cli import json_object_flag
+    options = json_object_flag("env_options", FLAGS.env_options) if FLAGS.env_options else None
     builder = algorithms.for_export(FLAGS.export_dir)
     request = core.PlayRequest(episodes=FLAGS.episodes, num_envs=FLAGS.num_envs, seed=FLAGS.seed, env=FLAGS.env,
                                env_options=options, opponent=FLAGS.opponent,

@@ -112,6 +112,7 @@ def _parse_set(item: str, config) -> tuple:
 
 
 def build_settings():
+    from muzero.cli import json_object_flag
     from muzero.settings import replace_sections
 
     if FLAGS.config:
@@ -137,11 +138,9 @@ def build_settings():
         except ValueError as e:
             raise UsageError(f"--env={FLAGS.env!r} is not a known env for --algo={FLAGS.algo} ({e})") from None
     try:
-        options = json.loads(FLAGS.env_options)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--env_options is not valid JSON ({e}): {FLAGS.env_options!r}") from None
-    if not isinstance(options, dict):
-        raise UsageError(f"--env_options must be a JSON object, got {FLAGS.env_options!r}")
+        options = json_object_flag("env_options", FLAGS.env_options)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if options:
         settings = dataclasses.replace(settings, env_options={**settings.env_options, **options})
     import envs
