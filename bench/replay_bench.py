@@ -66,7 +66,7 @@ def run(env, stack, capacity, batch, unroll, td_steps, repeats, seed):
     descriptor = DESCRIPTORS[env]
     rc = ReplayConfig(capacity_steps=capacity, segment_length=200, min_steps_to_sample=1)
     tc = TargetConfig(num_unroll_steps=unroll, td_steps=td_steps, stack_frames=stack)
-    replay = Replay(descriptor, rc, tc, seed)
+    replay = Replay(descriptor, rc, tc, seed, discount=0.997)
     fill(replay, descriptor, capacity, 200, episode_segments=10, seed=seed)
     frame_bytes = int(np.prod(descriptor.observation_shape)) * np.dtype(descriptor.observation_dtype).itemsize
     allocated_ratio = replay.bytes_allocated / capacity / frame_bytes

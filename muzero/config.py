@@ -117,8 +117,13 @@ def from_dict(cls, data: dict):
     if not isinstance(data, dict):
         raise ConfigError(f"{cls.__name__}: expected a dict, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
+    data = _move_fields(data, hints)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
+    moved = getattr(cls, "MOVED_FIELDS", {})
+    for name in unknown:
+        if name in moved:
+            raise ConfigError(f"{cls.__name__}.{name} is {moved[name]} now (set it there)")
     if unknown:
         raise ConfigError(f"{cls.__name__}: unknown field(s) {unknown}; known fields: {sorted(known)}")
     kwargs = {}
@@ -130,6 +135,27 @@ def from_dict(cls, data: dict):
             value = tuple(value)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+def _move_fields(data: dict, hints: dict) -> dict:
+    """``data`` (a config's sections as dicts) with each field a section declares moved
+    (``MOVED_FIELDS = {field: "section.field"}``, a class variable) taken out of that section
+    and put where it lives now, so a config.json written before the move still loads. A
+    value that disagrees with one already at the new place raises ConfigError."""
+    data = dict(data)
+    for name, value in list(data.items()):
+        moved = getattr(hints.get(name), "MOVED_FIELDS", {})
+        if not isinstance(value, dict) or not moved.keys() & value.keys():
+            continue
+        value = data[name] = dict(value)
+        for old in moved.keys() & value.keys():
+            section, field = moved[old].split(".")
+            target = data[section] = dict(data.get(section, {}))
+            if field in target and target[field] != value[old]:
+                raise ConfigError(f"{name}.{old}={value[old]!r} disagrees with {moved[old]}="
+                                  f"{target[field]!r}: {name}.{old} is {moved[old]} now; keep that one")
+            target[field] = value.pop(old)
+    return data
 
 
 def parse_override(item: str, known_sections: dict, flag: str = "--set") -> tuple:
@@ -146,6 +172,9 @@ def parse_override(item: str, known_sections: dict, flag: str = "--set") -> tupl
                           f"{', '.join(known_sections)}")
     section, field, text = match.groups()
     known = {f.name for f in dataclasses.fields(known_sections[section])}
+    moved = getattr(known_sections[section], "MOVED_FIELDS", {})
+    if field in moved:
+        raise ConfigError(f"{flag}: {section}.{field} is {moved[field]} now: use {flag}={moved[field]}={text}")
     if field not in known:
         raise ConfigError(f"{flag}: {section} has no field {field!r}; fields: {', '.join(sorted(known))}")
     try:

@@ -139,7 +139,7 @@ def replace_section(settings: RunSettings, section: str, **changes) -> RunSettin
 def replace_sections(settings: RunSettings, changes: dict) -> RunSettings:
     """Replaces fields of several sections at once ({section: {field: value}}), validating the
     whole config only after every section is in place (so settings that must agree across
-    sections, such as the two discounts, can be changed together)."""
+    sections can be changed together)."""
     config = settings.config
     new = {}
     for section, fields in changes.items():

@@ -64,7 +64,8 @@ def _replay() -> None:
 
     descriptor = EnvDescriptor("warmup", (2, 2, 1), "uint8", 2, kind="image", frame_layout="HWC")
     replay = Replay(descriptor, ReplayConfig(capacity_steps=32, min_steps_to_sample=1),
-                    TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=2), seed=0)
+                    TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=2), seed=0,
+                    discount=0.99)
     t = 6
     replay.insert(dict(episode_id=np.int64(0), start=np.int64(0),
                        observations=np.zeros((t, 2, 2, 1), np.uint8), actions=np.zeros(t, np.int32),

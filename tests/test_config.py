@@ -5,7 +5,8 @@ import pytest
 
 from muzero.algorithms.muzero.config import (MuZeroConfig, NetworkConfig, ReplayConfig, SupportConfig,
                                              TargetConfig, TrainingConfig)
-from muzero.config import ConfigError
+from muzero.config import ConfigError, parse_override
+from muzero.config import from_dict as config_from_dict
 from muzero.mcts.config import SearchConfig
 
 
@@ -45,9 +46,21 @@ def test_bad_values_name_field_and_range(cls, kwargs, needle):
     assert needle in str(err.value)
 
 
-def test_discounts_must_agree():
-    with pytest.raises(ConfigError, match="targets.discount"):
-        MuZeroConfig(search=SearchConfig(discount=0.99), targets=TargetConfig(discount=0.997))
+def test_one_discount_and_config_json_written_with_two_still_loads():
+    # config.json files once held the discount in both sections (equal, by a check).
+    old = MuZeroConfig().to_dict()
+    old["search"]["discount"] = old["targets"]["discount"] = 0.95
+    assert MuZeroConfig.from_dict(old).search.discount == 0.95
+    del old["search"]["discount"]   # only the targets' copy: it moves to the search
+    assert MuZeroConfig.from_dict(old).search.discount == 0.95
+    old["search"]["discount"] = 0.9
+    with pytest.raises(ConfigError, match=r"targets.discount=0.95 disagrees with search.discount=0.9"):
+        MuZeroConfig.from_dict(old)
+    with pytest.raises(ConfigError, match=r"TargetConfig.discount is search.discount now"):
+        config_from_dict(TargetConfig, {"discount": 0.9})
+    with pytest.raises(ConfigError, match=r"--set: targets.discount is search.discount now: "
+                                          r"use --set=search.discount=0.9$"):
+        parse_override("targets.discount=0.9", {"search": SearchConfig, "targets": TargetConfig})
 
 
 def test_defaults_follow_the_documented_sources():

@@ -206,7 +206,7 @@ def _segment(episode, start, length, terminated, open_episode=False):
 def test_batches_carry_the_next_observations():
     rc = ReplayConfig(capacity_steps=64, min_steps_to_sample=1)
     tc = TargetConfig(num_unroll_steps=K, td_steps=3, stack_frames=STACK)
-    replay = Replay(IMAGE, rc, tc, seed=0, next_observations=True)
+    replay = Replay(IMAGE, rc, tc, seed=0, next_observations=True, discount=0.997)
     lengths = {0: 7, 1: 5, 2: 4}
     replay.insert(_segment(0, 0, 4, False))
     replay.insert(_segment(1, 0, 5, False))            # episode 1 stays open
@@ -235,7 +235,7 @@ def test_batches_carry_the_next_observations():
             assert (batch["next_observation"][b, k - 1] == got).all()   # every cell alike
     assert seen_past_end
     # Off by default: no next observations gathered.
-    plain = Replay(IMAGE, rc, tc, seed=0)
+    plain = Replay(IMAGE, rc, tc, seed=0, discount=0.997)
     plain.insert(_segment(2, 0, 4, True))
     assert "next_observation" not in plain.sample(4)
 
@@ -261,7 +261,7 @@ def test_trainer_builds_the_head_and_its_replay_gathers_next_observations(tmp_pa
     trainer = Trainer(VECTOR, config, seed=3)
     assert trainer.serving.pretrain_head is None
     replay = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1), config.targets,
-                    seed=0, next_observations=True)
+                    seed=0, next_observations=True, discount=config.search.discount)
     rng = np.random.default_rng(0)
     seg = _segment(0, 0, 6, True)
     seg["observations"] = rng.normal(size=(6, 4)).astype(np.float32)

@@ -110,7 +110,7 @@ def test_long_episodes_act_at_temperature_one_for_the_whole_run():
     fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=1000),
                                               {"search": {"temperature_factors": (1.0, 0.5, 0.25)}}, probe=probe)
     assert fitted.config.search.temperature_steps == (3_000, 6_000) and not any("temperature" in n for n in notes)
-    fitted, _ = defaults.fit_run_defaults(settings, _vector(limit=1000), {"targets": {"discount": 0.99}},
+    fitted, _ = defaults.fit_run_defaults(settings, _vector(limit=1000), {"search": {"discount": 0.99}},
                                           probe=probe)
     assert fitted.config.search.temperature_steps == () and fitted.config.search.discount == 0.99
 
@@ -161,11 +161,11 @@ def test_fit_uses_the_probe_and_says_where_each_default_came_from():
     assert calls == [1]
     # As worked out in test_fitted_supports_with_a_typical_reward_lunar_lander.
     assert (net.value_support.num_bins, net.reward_support.num_bins) == (61, 23)
-    assert fitted.config.search.discount == fitted.config.targets.discount == 0.997
+    assert fitted.config.search.discount == 0.997
     text = "\n".join(notes)
     assert "network.value_support" in text and "network.reward_support" in text
     assert "5000 random-policy steps" in text and "-100..50" in text and "1000 steps at discount 0.997" in text
-    assert "search.discount = targets.discount = 0.997" in text and "paid 2.5 in |reward|" in text
+    assert "search.discount = 0.997" in text and "paid 2.5 in |reward|" in text
     # Everything else is the CartPole-derived default, evaluation actors included.
     assert fitted.num_eval_actors == 1 and fitted.eval_envs_per_actor == 20
     assert dataclasses.replace(net, value_support=SupportConfig(), reward_support=SupportConfig()) == \
@@ -180,19 +180,19 @@ def test_fit_uses_the_probe_and_says_where_each_default_came_from():
 def test_fit_keeps_what_the_user_sets_and_reads_their_discount():
     settings = defaults.run_defaults("gym:Test-v0")
     probe, calls = _probe()
-    changes = {"network": {"reward_support": SupportConfig(-3.0, 3.0, 7, True)}, "targets": {"discount": 0.9}}
+    changes = {"network": {"reward_support": SupportConfig(-3.0, 3.0, 7, True)}, "search": {"discount": 0.9}}
     fitted, notes = defaults.fit_run_defaults(settings, _vector(limit=None), changes, probe=probe)
     # discount 0.9, no limit: bound 10, h(10) = sqrt(11) - 1 + 0.01 = 2.327 -> 3 units, 7 bins.
     assert fitted.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
     assert fitted.config.network.reward_support == settings.config.network.reward_support  # left for the user's
     assert not any("reward_support" in n for n in notes)
-    assert fitted.config.search.discount == settings.config.search.discount   # the user's to set as well
+    assert fitted.config.search.discount == settings.config.search.discount   # applied by the caller
     assert not any("discount =" in n for n in notes)
     fitted, notes = defaults.fit_run_defaults(settings, _vector(), {"network": {"value_support": SupportConfig(),
                                                                                "reward_support": SupportConfig()}},
                                               probe=probe)
     assert len(calls) == 1   # nothing left to fit: the env is not probed; only the discount follows the limit
-    assert [n.split(":")[0] for n in notes] == ["search.discount = targets.discount = 0.99"]
+    assert [n.split(":")[0] for n in notes] == ["search.discount = 0.99"]
     assert fitted.config.network == settings.config.network
 
 
@@ -237,14 +237,13 @@ def test_learner_flags_print_and_apply_fitted_defaults():
     from muzero.learner import __main__ as cli
     flags.FLAGS.unparse_flags()
     try:
-        flags.FLAGS(["learner", "--env=gym:CartPole-v1", "--set=targets.discount=0.9",
-                     "--set=search.discount=0.9", "--num_eval_actors=0"])
+        flags.FLAGS(["learner", "--env=gym:CartPole-v1", "--set=search.discount=0.9", "--num_eval_actors=0"])
         settings, notes = cli.build_settings()
     finally:
         flags.FLAGS.unparse_flags()
     # The user's discount 0.9 with 500 steps: bound (1 - 0.9^500) / 0.1 = 10 -> 3 units, 7 bins.
     assert settings.config.network.value_support == SupportConfig(-3.0, 3.0, 7, True)
-    assert settings.config.targets.discount == 0.9 and settings.num_eval_actors == 0
+    assert settings.config.search.discount == 0.9 and settings.num_eval_actors == 0
     assert any("random-policy steps" in n for n in notes)
 
 

@@ -201,7 +201,7 @@ def test_muzero_defaults_build_a_network():
     settings = run_defaults("minatar:Seaquest")
     cfg = settings.config
     assert settings.env == "minatar:Seaquest"
-    assert cfg.network.conv_downsample is False and cfg.search.discount == cfg.targets.discount == 0.99
+    assert cfg.network.conv_downsample is False and cfg.search.discount == 0.99
     d = envs.describe("minatar:Seaquest")
     t = cfg.targets.stack_frames
     net = make_network(d, cfg.network, stack_frames=t, seed=0)

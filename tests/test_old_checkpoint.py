@@ -38,3 +38,12 @@ def test_a_checkpoint_from_before_the_move_resumes(tmp_path):
     assert records[-1]["training_step"] >= saved_step + 10
     assert records[-1]["env_steps"] >= saved_env_steps
     assert records[0]["replay_steps"] > 0     # the replay snapshot came back
+
+
+def test_its_replay_snapshot_keeps_the_discount_it_was_written_with():
+    # Its manifest holds the discount inside target_config (0.99, CartPole's), where the
+    # targets' copy of the discount lived then; Replay keeps one discount of its own now.
+    from muzero.algorithms.muzero.replay import Replay
+    replay = Replay.restore(os.path.join(FIXTURE, "checkpoints", "ckpt-40", "replay"))
+    assert replay.discount == 0.99 and replay.target_config.td_steps == 10
+    assert replay.num_steps > 200

@@ -44,8 +44,9 @@ def segment(episode_id, start, length, rng, terminated=False):
 def make_replay(fraction=0.0, capacity=256, alpha=0.6, beta=0.4, seed=3, whole_unroll=True):
     return Replay(VECTOR, ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1, priority_exponent=alpha,
                                        importance_sampling_exponent=beta),
-                  TargetConfig(num_unroll_steps=3, td_steps=2, discount=0.9, stack_frames=1,
-                               reanalyse_fraction=fraction, reanalyse_whole_unroll=whole_unroll), seed)
+                  TargetConfig(num_unroll_steps=3, td_steps=2, stack_frames=1,
+                               reanalyse_fraction=fraction, reanalyse_whole_unroll=whole_unroll), seed,
+                  discount=0.9)
 
 
 def fill(rep, seed=0):

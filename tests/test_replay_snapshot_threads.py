@@ -37,7 +37,7 @@ def random_segment(descriptor, rng, episode_id, start, t, terminated=False):
 def filled_replay(capacity=60, seed=3):
     rc = ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1, priority_exponent=0.7,
                       importance_sampling_exponent=0.5)
-    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=4), seed)
+    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=4), seed, discount=0.997)
     rng = np.random.default_rng(seed)
     for k in range(9):  # 3 interleaved episodes of 3 segments of 8 steps: wraps the ring
         rep.insert(random_segment(IMAGE, rng, k % 3, (k // 3) * 8, 8, terminated=k >= 6))
@@ -122,7 +122,7 @@ def test_corrupted_or_partial_snapshot_raises_and_previous_still_loads(tmp_path,
 def limited_replay(spi=2.0, tol=8.0, min_steps=10):
     rc = ReplayConfig(capacity_steps=1000, min_steps_to_sample=min_steps, samples_per_insert=spi,
                       samples_per_insert_tolerance=tol)
-    return Replay(VECTOR, rc, TargetConfig(num_unroll_steps=1, td_steps=1, stack_frames=1), 0)
+    return Replay(VECTOR, rc, TargetConfig(num_unroll_steps=1, td_steps=1, stack_frames=1), 0, discount=0.997)
 
 
 def test_rate_limiter_holds_samples_per_insert():
@@ -196,7 +196,7 @@ def test_close_wakes_blocked_waiters():
 def test_concurrent_inserts_and_samples_keep_state_consistent():
     rc = ReplayConfig(capacity_steps=300, min_steps_to_sample=20, samples_per_insert=4.0,
                       samples_per_insert_tolerance=64.0)
-    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=3, td_steps=3, stack_frames=1), 0)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=3, td_steps=3, stack_frames=1), 0, discount=0.997)
     stop = threading.Event()
     failures = []
 
@@ -341,7 +341,7 @@ def test_version_1_snapshot_counters_are_checked_against_the_arrays(tmp_path, fi
 def test_counter_checks_accept_every_state_a_store_goes_through(tmp_path):
     """Wrapping, eviction mid-episode, gaps and updated priorities never trip the checks."""
     rc = ReplayConfig(capacity_steps=50, min_steps_to_sample=1)
-    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=1), 0)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=1), 0, discount=0.997)
     rng = np.random.default_rng(5)
     live = list(range(6))          # episode ids being played; one that ends is replaced by a new id
     starts = dict.fromkeys(live, 0)
@@ -372,7 +372,7 @@ def test_a_ring_that_has_not_wrapped_saves_only_its_written_rows(tmp_path, monke
     masked = EnvDescriptor("img", (6, 6, 1), "uint8", 4, kind="image", frame_layout="HWC", has_legal_mask=True)
     rc = ReplayConfig(capacity_steps=1000, min_steps_to_sample=1)
     tc = TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=4, reanalyse_fraction=0.5)
-    rep = Replay(masked, rc, tc, 0)
+    rep = Replay(masked, rc, tc, 0, discount=0.997)
     rng = np.random.default_rng(0)
     for k in range(3):
         seg = random_segment(masked, rng, k, 0, 8)
@@ -383,7 +383,7 @@ def test_a_ring_that_has_not_wrapped_saves_only_its_written_rows(tmp_path, monke
     assert np.load(os.path.join(snap, "observations.npy")).shape == (24, 6, 6, 1)
     assert np.load(os.path.join(snap, "seg_next.npy")).shape == (24,)
     assert os.path.getsize(os.path.join(snap, "actions.npy")) < 128 + 24 * 4 + 1   # npy header + 24 int32
-    other = Replay(masked, rc, tc, 1)   # same capacity, more rows written: they must be reset
+    other = Replay(masked, rc, tc, 1, discount=0.997)   # same capacity, more rows written: they must be reset
     for k in range(10):
         other.insert(random_segment(masked, rng, 50 + k, 0, 9))
     other.load(snap)
@@ -436,7 +436,7 @@ def test_restoring_a_small_snapshot_does_not_touch_a_fresh_rings_unwritten_rows(
     wide = EnvDescriptor("wide", (500,), "float32", 2)
     rc = ReplayConfig(capacity_steps=200_000, min_steps_to_sample=1)
     tc = TargetConfig(num_unroll_steps=3, td_steps=4, stack_frames=1)
-    rep = Replay(wide, rc, tc, 0)
+    rep = Replay(wide, rc, tc, 0, discount=0.997)
     rng = np.random.default_rng(0)
     for k in range(2):
         rep.insert(random_segment(wide, rng, k, 0, 8))

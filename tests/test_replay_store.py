@@ -30,7 +30,8 @@ def segment(descriptor, episode_id, start, t, terminated=False, priorities=None,
 def replay(descriptor=VECTOR, capacity=100, alpha=1.0, beta=1.0, stack=1, seed=0):
     rc = ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1, priority_exponent=alpha,
                       importance_sampling_exponent=beta, min_priority=1e-3)
-    return Replay(descriptor, rc, TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=stack), seed)
+    return Replay(descriptor, rc, TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=stack), seed,
+                  discount=0.997)
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -201,7 +202,7 @@ def test_priority_updates_change_sampling():
 def test_steps_before_a_link_get_the_maximum_priority_again(td_steps, expected):
     rc = ReplayConfig(capacity_steps=20, min_steps_to_sample=1, priority_exponent=0.5,
                       min_priority=1e-3)
-    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=td_steps, stack_frames=1), 0)
+    rep = Replay(VECTOR, rc, TargetConfig(num_unroll_steps=2, td_steps=td_steps, stack_frames=1), 0, discount=0.997)
     rep.insert(segment(VECTOR, 7, 0, 4))
     rep.insert(segment(VECTOR, 9, 0, 2))
     rep.insert(segment(VECTOR, 7, 4, 1))  # B
@@ -223,7 +224,7 @@ def test_reprioritised_steps_that_lost_their_frame_history_stay_unsampleable():
     # 3 and 4 of its second segment lack frames and keep leaf weight 0 when a third
     # segment links up and gives them (td_steps = 3 >= 2) the maximum priority.
     rc = ReplayConfig(capacity_steps=7, min_steps_to_sample=1, priority_exponent=1.0, min_priority=1e-3)
-    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=2), 0)
+    rep = Replay(IMAGE, rc, TargetConfig(num_unroll_steps=2, td_steps=3, stack_frames=2), 0, discount=0.997)
     rep.insert(segment(IMAGE, 0, 0, 3))
     rep.insert(segment(IMAGE, 0, 3, 3))   # slots 3-5
     rep.update_priorities(np.arange(3, 6, dtype=np.int64), np.full(3, 0.25, np.float32))

@@ -30,8 +30,8 @@ def segment(descriptor, episode_id, start, rewards, values, to_play=None, termin
 
 def replay(descriptor, k, td, discount, stack=1, capacity=64, seed=0):
     return Replay(descriptor, ReplayConfig(capacity_steps=capacity, min_steps_to_sample=1),
-                  TargetConfig(num_unroll_steps=k, td_steps=td, discount=discount, stack_frames=stack),
-                  seed)
+                  TargetConfig(num_unroll_steps=k, td_steps=td, stack_frames=stack),
+                  seed, discount=discount)
 
 
 def by_position(rep, num_positions, batch=256):
@@ -116,8 +116,8 @@ def test_old_positions_get_shorter_n_steps():
     # n = 3 shrinks by one per 2 env steps stored after a position (EfficientZero's
     # off-policy correction), to at least 1; gamma = .5, K = 1; one truncated 6-step episode.
     rep = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1),
-                 TargetConfig(num_unroll_steps=1, td_steps=3, td_shrink_every_steps=2, discount=0.5,
-                              stack_frames=1), 0)
+                 TargetConfig(num_unroll_steps=1, td_steps=3, td_shrink_every_steps=2,
+                              stack_frames=1), 0, discount=0.5)
     rep.insert(segment(VECTOR, 7, 0, R6, V6, truncated=True))
     b, rows = by_position(rep, 6)
     # Steps stored after position i: 5 - i, so n_i = max(1, 3 - (5 - i) // 2) = 1, 1, 2, 2, 3, 3,

@@ -13,14 +13,6 @@ def _muzero_cartpole():
     return algorithms.get("muzero").default_settings("cartpole")
 
 
-def test_both_discounts_can_be_changed_in_one_go():
-    # Section by section, the first replacement would fail MuZeroConfig's equality check.
-    settings = replace_sections(_muzero_cartpole(), {"search": {"discount": 0.95}, "targets": {"discount": 0.95}})
-    assert settings.config.search.discount == 0.95 and settings.config.targets.discount == 0.95
-    with pytest.raises(ConfigError, match="must equal search.discount"):
-        replace_sections(_muzero_cartpole(), {"search": {"discount": 0.95}})
-
-
 def test_config_json_round_trip_keeps_the_algorithm():
     settings = _muzero_cartpole()
     data = settings.to_dict()

@@ -18,14 +18,15 @@ def test_reanalysed_bootstrap_uses_the_trained_networks_value():
     # root values 1000 (so a target that used them would be far off). With n = 2, g = 0.5,
     # the target at t = 0 is r0 + g r1 + g^2 v(obs_2) = 1 + 0.5 + 0.25 v(obs_2), where
     # v is the network's value of observation 2 computed here directly.
-    targets = TargetConfig(num_unroll_steps=0, td_steps=2, discount=0.5, stack_frames=1,
+    targets = TargetConfig(num_unroll_steps=0, td_steps=2, stack_frames=1,
                            reanalyse_values=True)
     config = MuZeroConfig(search=SearchConfig(discount=0.5), targets=targets, network=NetworkConfig(
         value_support=SupportConfig(-10.0, 10.0, 21, True), reward_support=SupportConfig(-2.0, 2.0, 5, True),
         mlp_hidden_size=16, mlp_num_layers=1, latent_size=8, head_hidden_size=8))
     trainer = Trainer(VECTOR, config, seed=3)
     obs = np.repeat(np.arange(6, dtype=np.float32)[:, None] / 10.0, 4, axis=1)
-    replay = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1), targets, seed=0)
+    replay = Replay(VECTOR, ReplayConfig(capacity_steps=64, min_steps_to_sample=1), targets, seed=0,
+                    discount=config.search.discount)
     replay.insert(dict(episode_id=np.int64(1), start=np.int64(0), observations=obs,
                        actions=np.zeros(6, np.int32), rewards=np.ones(6, np.float32),
                        root_values=np.full(6, 1000.0, np.float32),
@@ -46,7 +47,7 @@ def test_bootstrap_values_come_from_a_target_network_refreshed_every_n_steps():
     # at step 1 and 2 leaves the bootstraps on the step-0 values, which the network gave
     # directly before the move; step 3 refreshes the target to the moved weights.
     import tensorflow as tf
-    targets = TargetConfig(num_unroll_steps=0, td_steps=2, discount=0.5, stack_frames=1,
+    targets = TargetConfig(num_unroll_steps=0, td_steps=2, stack_frames=1,
                            reanalyse_values=True, value_target_update_steps=3)
     config = MuZeroConfig(search=SearchConfig(discount=0.5), targets=targets, network=NetworkConfig(
         value_support=SupportConfig(-10.0, 10.0, 21, True), reward_support=SupportConfig(-2.0, 2.0, 5, True),

@@ -32,6 +32,7 @@ class SearchConfig:
     pb_c_init: float = 1.25
     # paper: 0. SEED adds 1 to the parent's visit count inside the square root.
     parent_visit_offset: int = 0
+    # The discount of the search's backups; a learner's value targets read this same field.
     discount: float = 0.997
     # paper: 0.25 (Atari). SEED uses 0.5.
     dirichlet_alpha: float = 0.25

@@ -11,7 +11,7 @@ This module imports only the standard library, ``muzero.config`` and ``muzero.mc
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from muzero.config import SectionedConfig, _fail, check_bool, check_choice, check_float, check_int
 from muzero.config import check_float as _num
@@ -21,7 +21,11 @@ from muzero.mcts.config import SearchConfig
 
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
-    """How training targets are built from stored trajectories (``muzero.replay``)."""
+    """How training targets are built from stored trajectories (``muzero.replay``). Their
+    discount is the search's: ``search.discount``."""
+
+    # config.json files that held a discount here load with it moved to the search.
+    MOVED_FIELDS: ClassVar[dict] = {"discount": "search.discount"}
 
     # paper: K = 5. SEED's Atari setting is 10.
     num_unroll_steps: int = 5
@@ -36,7 +40,6 @@ class TargetConfig:
     # it, one of them without (1,000 made the cart's drift off the track rarer but not the
     # returns higher; docs/BENCHMARKS.md).
     td_shrink_every_steps: int = 0
-    discount: float = 0.997
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
     # Vector and board envs use 1.
     stack_frames: int = 32
@@ -89,7 +92,6 @@ class TargetConfig:
         if self.td_shrink_every_steps and self.td_steps < 0:
             _fail("TargetConfig", "td_shrink_every_steps", self.td_shrink_every_steps,
                   "needs n-step targets (td_steps >= 1); Monte-Carlo targets (td_steps=-1) have no n to shrink")
-        check_float(self, "discount", 0.0, 1.0, lo_open=True)
         check_int(self, "stack_frames", 1, 256)
 
     def frames_for(self, is_image: bool) -> int:
@@ -384,9 +386,6 @@ class MuZeroConfig(SectionedConfig):
 
     def __post_init__(self):
         self.coerce_sections()
-        if self.search.discount != self.targets.discount:
-            _fail("MuZeroConfig", "targets.discount", self.targets.discount,
-                  f"must equal search.discount ({self.search.discount})")
 
 
 @dataclasses.dataclass(frozen=True)

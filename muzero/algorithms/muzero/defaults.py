@@ -37,7 +37,7 @@ def _cartpole() -> RunSettings:
             # Value targets bootstrap from the trained network (reanalyse_values): with a replay
             # that keeps the whole run, stored root values can be thousands of steps stale; seed 2
             # plateaued at ~330 with them and reached 475 at 8.1 minutes with fresh ones.
-            targets=TargetConfig(num_unroll_steps=5, td_steps=10, discount=discount, stack_frames=1,
+            targets=TargetConfig(num_unroll_steps=5, td_steps=10, stack_frames=1,
                                  reanalyse_values=True),
             # Prioritized with EfficientZero's alpha = 0.6, beta = 0.4. With uniform sampling
             # (alpha = 0) two of nine seed runs stalled at 400-460: every failed greedy
@@ -111,7 +111,7 @@ def _tictactoe() -> RunSettings:
             search=SearchConfig(num_simulations=50, discount=1.0, known_bounds=(-1.0, 1.0), two_player=True,
                                 dirichlet_alpha=0.3, temperature=1.0, temperature_steps=(),
                                 temperature_factors=(1.0,), greedy_after_moves=4),
-            targets=TargetConfig(num_unroll_steps=5, td_steps=-1, discount=1.0, stack_frames=1),
+            targets=TargetConfig(num_unroll_steps=5, td_steps=-1, stack_frames=1),
             # A replay that holds the whole run (~130-300k env steps in 15 minutes).
             replay=ReplayConfig(capacity_steps=400_000, segment_length=9, min_steps_to_sample=500,
                                 priority_exponent=0.0, importance_sampling_exponent=0.0,
@@ -175,7 +175,7 @@ def _minatar(env: str) -> RunSettings:
             # down for 5); the last frames and actions show some of them. On 10 x 10 frames the
             # extra input channels cost little. Fresh bootstrap values from the trained
             # network (reanalyse_values) for a replay that keeps the whole run, as CartPole.
-            targets=TargetConfig(num_unroll_steps=5, td_steps=10, discount=discount, stack_frames=4,
+            targets=TargetConfig(num_unroll_steps=5, td_steps=10, stack_frames=4,
                                  reanalyse_values=True),
             # Holds the whole run (a 30-minute run acts a few hundred thousand steps); a
             # Seaquest frame is 1 kB, so 500k steps are ~0.5 GB. Priorities as CartPole's.
@@ -342,8 +342,8 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     ``changes`` the user's overrides still to be applied ({section: {field: value}}).
 
     - Image observations switch to the Atari settings (stacked frames, conv torso).
-    - ``search.discount`` and ``targets.discount`` follow the episode step limit
-      (:func:`fitted_discount`) unless the user sets either.
+    - ``search.discount`` (the search's and the value targets') follows the episode step
+      limit (:func:`fitted_discount`) unless the user sets it.
     - Vector tasks whose step limit gets LONG_DISCOUNT there (or that have none) act at
       temperature 1 for the whole run, unless the user sets a temperature field, and
       train at a constant learning rate of LONG_LEARNING_RATE, unless the user sets a
@@ -372,16 +372,16 @@ def fit_run_defaults(settings: RunSettings, descriptor, changes: dict, probe=Non
     episodes = f"episodes of {f'up to {limit}' if limit else 'unlimited'} steps"
     long_vector_task = descriptor.kind != "image" and fitted_discount(limit) == LONG_DISCOUNT
     sections = {}
-    if "search.discount" in fixed or "targets.discount" in fixed:
-        discount = changes.get("targets", {}).get("discount", changes.get("search", {}).get("discount"))
+    if "search.discount" in fixed:
+        discount = changes["search"]["discount"]
     else:
         discount = fitted_discount(limit)
-        sections = {"search": {"discount": discount}, "targets": {"discount": discount}}
+        sections = {"search": {"discount": discount}}
         why = (f"the {1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g} spans at least a fifth of "
                f"the {limit}-step episode limit") if discount == SHORT_DISCOUNT else \
             (f"{episodes}, longer than 5 x the "
              f"{1 / (1 - SHORT_DISCOUNT):.0f}-step horizon of {SHORT_DISCOUNT:g}")
-        notes.append(f"search.discount = targets.discount = {discount:g}: {why}")
+        notes.append(f"search.discount = {discount:g}: {why}")
     search = settings.config.search
     if long_vector_task and search.temperature_steps and not any(f"search.{f}" in fixed for f in _TEMPERATURE_FIELDS):
         sections.setdefault("search", {}).update(temperature=1.0, temperature_steps=(), temperature_factors=(1.0,))

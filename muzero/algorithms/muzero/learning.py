@@ -285,7 +285,8 @@ class MuZeroLearner(core.Learner):
         self.trainer = Trainer(descriptor, self.config, seed=settings.seed, trainable_parts=trainable_parts,
                                devices=devices)
         self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0),
-                             next_observations=self.config.training.consistency_loss_weight > 0)
+                             next_observations=self.config.training.consistency_loss_weight > 0,
+                             discount=self.config.search.discount)
         self.segments = 0
         self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
         self.reanalyse = None   # ReanalyseWorker, started by step() once a service is attached

@@ -145,7 +145,8 @@ class PretrainLearner(core.Learner):
         self.context = context
         self.rng = np.random.default_rng([host_seed(settings.seed, 0), _AUGMENT_SALT])
         self.trainer = PretrainTrainer(descriptor, self.config, seed=settings.seed)
-        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0))
+        self.replay = Replay(descriptor, self.config.replay, self.config.targets, seed=host_seed(settings.seed, 0),
+                             discount=self.config.search.discount)
         self.segments = 0
 
     @property

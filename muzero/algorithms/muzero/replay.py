@@ -52,17 +52,22 @@ class Replay:
     Args:
       descriptor: the env's static facts (observation shape/dtype, actions, kind).
       replay_config: capacity, priority exponents, warm-up and replay ratio.
-      target_config: K, n-step, discount and frames stacked for image envs.
+      target_config: K, n-step and frames stacked for image envs.
+      discount: of the n-step value targets (the run's ``search.discount``).
       seed: seeds the sampling generator (positions and padded actions).
       next_observations: batches also carry ``next_observation`` (the consistency loss).
     """
 
     def __init__(self, descriptor: EnvDescriptor, replay_config: ReplayConfig,
-                 target_config: TargetConfig, seed: int, next_observations: bool = False):
+                 target_config: TargetConfig, seed: int, next_observations: bool = False, *,
+                 discount: float):
         self.next_observations = bool(next_observations)
         self.descriptor = descriptor
         self.replay_config = replay_config
         self.target_config = target_config
+        if not 0.0 < discount <= 1.0:
+            raise ValueError(f"Replay discount={discount!r} is invalid: must be in (0, 1]")
+        self.discount = float(discount)
         self.seed = int(seed)
         self.is_image = descriptor.is_image
         self.stack_frames = target_config.frames_for(self.is_image)
@@ -239,7 +244,7 @@ class Replay:
             index = store.global_index(slots)
             num_sampleable = store.num_sampleable
             parts = build_targets(store, slots, tc.num_unroll_steps, self._td_steps(index),
-                                  tc.discount, self._rng)
+                                  self.discount, self._rng)
             frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
             if self.next_observations:
                 next_frames, next_actions = gather_next_inputs(
@@ -410,25 +415,30 @@ class Replay:
             arrays, counters = self._store.state()
             meta = {"descriptor": _descriptor_to_json(self.descriptor),
                     "replay_config": to_dict(self.replay_config),
-                    "target_config": to_dict(self.target_config),
+                    "target_config": to_dict(self.target_config), "discount": self.discount,
                     "seed": self.seed, "store": counters, "limiter": self._limiter.state(),
                     "rng": self._rng.bit_generator.state}
             snapshot_io.write_snapshot(directory, arrays, meta)
 
     @classmethod
     def restore(cls, directory: str, replay_config: Optional[ReplayConfig] = None,
-                target_config: Optional[TargetConfig] = None) -> "Replay":
+                target_config: Optional[TargetConfig] = None,
+                discount: Optional[float] = None) -> "Replay":
         """A new Replay from a snapshot; raises SnapshotError if it is missing or corrupted.
 
-        ``replay_config`` / ``target_config`` override the saved ones (e.g. a new
-        td_steps); the capacity must stay the same.
+        ``replay_config`` / ``target_config`` / ``discount`` override the saved ones (e.g. a
+        new td_steps); the capacity must stay the same.
         """
         arrays, meta = snapshot_io.read_snapshot(directory)
         try:
             descriptor = _descriptor_from_json(meta["descriptor"])
             rc = replay_config or ReplayConfig(**{k: v for k, v in meta["replay_config"].items()})
-            tc = target_config or TargetConfig(**meta["target_config"])
-            replay = cls(descriptor, rc, tc, meta["seed"])
+            saved_tc = dict(meta["target_config"])
+            saved_discount = meta.get("discount", saved_tc.pop("discount", None))   # older snapshots: here
+            saved_tc.pop("discount", None)
+            tc = target_config or TargetConfig(**saved_tc)
+            replay = cls(descriptor, rc, tc, meta["seed"],
+                         discount=saved_discount if discount is None else discount)
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"replay snapshot {directory!r} has unusable metadata: {e}") from e
         replay._load(arrays, meta, directory)
