@@ -95,11 +95,14 @@ class RunContext:
     ``env_steps`` counts agent steps received from actors (both ingestion modes add to
     it through ``add_env_steps``); ``episodes`` collects finished episodes; ``stop_event``
     is set when the run stops (blocking queues give up then); ``training_step`` reads the
-    learner's counter (set by the loop once the learner exists).
+    learner's counter (set by the loop once the learner exists). ``trainable_parts`` are
+    the network parts the run trains (``--trainable_parts``, checked against the builder's
+    ``trainable_parts``); empty: the whole model.
     """
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, trainable_parts: tuple = ()):
         self.seed = seed
+        self.trainable_parts = tuple(trainable_parts)
         self.episodes = EpisodeLog()
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -351,8 +354,7 @@ class Builder(abc.ABC):
         return settings, []
 
     @abc.abstractmethod
-    def make_learner(self, settings, descriptor, context: RunContext, *,
-                     trainable_parts=None) -> Learner: ...
+    def make_learner(self, settings, descriptor, context: RunContext) -> Learner: ...
 
     @abc.abstractmethod
     def make_service(self, settings, descriptor, learner: Learner, context: RunContext,

@@ -327,7 +327,7 @@ def test_builder_defaults_and_env_checks():
     with pytest.raises(ConfigError, match="publish_every_steps"):
         builder.check_settings(dataclasses.replace(cartpole, publish_every_steps=3))
     with pytest.raises(ConfigError, match="trainable parts"):
-        builder.make_learner(cartpole, VECTOR, None, trainable_parts=["dynamics"])
+        algorithms.check_trainable_parts(builder, ["dynamics"])
 
 
 def test_builder_wires_the_learner_into_the_streaming_service():

@@ -305,7 +305,7 @@ def test_the_builder_picks_the_pretraining_learner_which_resumes_and_hands_over(
     assert isinstance(learner, PretrainLearner)
     assert BUILDER.actor_args(settings, 0, "127.0.0.1:1", None, 0)[0].random_policy
     with pytest.raises(ConfigError, match="does not apply to a pretraining run"):
-        BUILDER.make_learner(settings, cartpole, core.RunContext(), trainable_parts=["dynamics"])
+        BUILDER.make_learner(settings, cartpole, core.RunContext(trainable_parts=("dynamics",)))
     assert learner.step() is None                                        # replay still empty
     learner.push_segments(_random_segments(cartpole, 4, 0))
     assert "pretrain/ntxent" in learner.step() and learner.training_step == 1

@@ -84,7 +84,7 @@ class CounterBuilder(core.Builder):
         return RunSettings(env=env, algo="counter", config=CounterConfig(), num_actors=0, num_eval_actors=0,
                            progress_every_s=0.0)
 
-    def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
+    def make_learner(self, settings, descriptor, context):
         self.learner = CounterLearner(context)
         return self.learner
 

@@ -288,4 +288,4 @@ def test_builder_defaults_and_env_checks():
     with pytest.raises(ConfigError, match=r"vtrace.*Box\(-2, 2, \(1,\)\).*discrete"):
         algorithms.check_env(BUILDER, continuous)
     with pytest.raises(ConfigError, match="trainable parts"):
-        BUILDER.make_learner(_settings(), TOY, None, trainable_parts=["dynamics"])
+        algorithms.check_trainable_parts(BUILDER, ["dynamics"])

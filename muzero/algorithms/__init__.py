@@ -52,6 +52,20 @@ def check_env(builder, descriptor) -> None:
                       f"algorithms accepting it: {', '.join(accepting(descriptor)) or 'none'}")
 
 
+def check_trainable_parts(builder, parts) -> None:
+    """Raises ``ConfigError`` (one line) unless ``parts`` is a non-empty subset of the parts
+    ``builder``'s algorithm lets a run train alone (``Builder.trainable_parts``)."""
+    allowed = builder.trainable_parts
+    bad = [p for p in parts if p not in allowed]
+    if allowed and parts and not bad:
+        return
+    from muzero.config import ConfigError
+    which = (f"a comma-separated subset of {', '.join(allowed)}" if allowed else
+             f"--algo={builder.name} trains its whole model and has no trainable parts to pick; algorithms "
+             f"that take it: {', '.join(n for n in names() if get(n).trainable_parts)}")
+    raise ConfigError(f"--trainable_parts={','.join(parts)} is invalid: {which}")
+
+
 def settings_from_dict(data: dict):
     """``RunSettings`` from a run's config.json (parsed), with the config class of the
     algorithm it names (``algo``, default muzero); ``ConfigError`` names what is wrong."""

@@ -28,6 +28,7 @@ import re
 from absl import flags
 
 from muzero import algorithms
+from muzero.config import ConfigError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("algo", algorithms.DEFAULT, "Algorithm: " + "; ".join(
@@ -103,7 +104,7 @@ class UsageError(ValueError):
 
 def _parse_set(item: str, config) -> tuple:
     """'section.field=value' -> (section, field, value) checked against ``config``'s sections."""
-    from muzero.config import ConfigError, parse_override
+    from muzero.config import parse_override
     from muzero.settings import sections
     try:
         return parse_override(item, sections(config))
@@ -205,13 +206,10 @@ def main(argv):
     settings, notes = build_settings()
     builder = algorithms.get(settings.algo)
     if FLAGS.trainable_parts is not None:
-        parts = builder.trainable_parts
-        bad = [p for p in FLAGS.trainable_parts if p not in parts]
-        if not parts or bad or not FLAGS.trainable_parts:
-            which = (f"a comma-separated subset of {', '.join(parts)}" if parts else
-                     f"--algo={settings.algo} trains its whole model; algorithms that take it: "
-                     + ", ".join(n for n in algorithms.names() if algorithms.get(n).trainable_parts))
-            raise UsageError(f"--trainable_parts={','.join(FLAGS.trainable_parts)} is invalid: {which}")
+        try:
+            algorithms.check_trainable_parts(builder, FLAGS.trainable_parts)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
     logdir = FLAGS.logdir or os.path.join("runs", re.sub(r"[^\w.-]+", "_", builder.logdir_name(settings.env)))
     _check_logdir(logdir)
 
@@ -238,7 +236,6 @@ def main(argv):
 
 def run():
     from muzero.cli import run_main
-    from muzero.config import ConfigError
     from muzero.core import LaunchError
     run_main(main, (UsageError, ConfigError, FileNotFoundError, LaunchError))
 

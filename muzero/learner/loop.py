@@ -74,7 +74,6 @@ class Run:
         self.log = log
         self.export = export
         self.init_checkpoint = init_checkpoint
-        self.trainable_parts = trainable_parts
         self.client_config = client_config or ClientConfig()
         self.descriptor = envs.describe(settings.env, **settings.env_options)
         algorithms.check_env(self.builder, self.descriptor)
@@ -84,7 +83,9 @@ class Run:
             raise ConfigError(f"--learner_devices={settings.learner_devices}: --algo={settings.algo} trains on one "
                               f"device (several: {multi}); drop the flag")
         self.server_config = server_config or ServerConfig()
-        self.context = core.RunContext(seed=settings.seed)
+        if trainable_parts is not None:
+            algorithms.check_trainable_parts(self.builder, trainable_parts)
+        self.context = core.RunContext(seed=settings.seed, trainable_parts=trainable_parts or ())
         self.stop_event = self.context.stop_event
         self.learner: Optional[core.Learner] = None
         self.service: Optional[core.InferenceService] = None
@@ -158,8 +159,7 @@ class Run:
                 aside = checkpoints.set_aside(ckpt)
                 self.log(f"checkpoint {ckpt} cannot be restored ({type(e).__name__}: {str(e)[:200]}); "
                          f"moved to {aside}, trying an older one")
-                self.learner = self.builder.make_learner(self.settings, self.descriptor, self.context,
-                                                         trainable_parts=self.trainable_parts)
+                self.learner = self.builder.make_learner(self.settings, self.descriptor, self.context)
                 continue
             self.context.env_steps = int(state.get("env_steps", 0))
             self.elapsed_before = float(state.get("elapsed_s", 0.0))
@@ -179,8 +179,7 @@ class Run:
         if removed:
             self.log(f"removed {len(removed)} unfinished checkpoint write(s): {', '.join(removed)}")
         candidates = checkpoints.checkpoints_newest_first(self.logdir)
-        self.learner = self.builder.make_learner(s, self.descriptor, self.context,
-                                                 trainable_parts=self.trainable_parts)
+        self.learner = self.builder.make_learner(s, self.descriptor, self.context)
         self.context.training_step = lambda: self.learner.training_step
         if candidates:
             ckpt = self._restore_newest_intact(candidates)

@@ -90,7 +90,8 @@ class MuZeroBuilder(core.Builder):
             raise ConfigError(f"--learner_devices={devices} does not apply to --pretrain (pretraining trains on one "
                               "device): drop the flag")
 
-    def make_learner(self, settings, descriptor, context, *, trainable_parts=None):
+    def make_learner(self, settings, descriptor, context):
+        trainable_parts = context.trainable_parts or None   # None: the whole model
         if settings.config.pretrain.enabled:   # --pretrain: representation only (pretraining.py)
             from muzero.algorithms.muzero.pretraining import PretrainLearner
             return PretrainLearner(settings, descriptor, context, trainable_parts=trainable_parts)

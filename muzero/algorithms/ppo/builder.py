@@ -84,10 +84,7 @@ class PPOBuilder(StreamingBuilder):
                               f"--algo=ppo: it must divide the {updates} training steps taken per batch "
                               "(epochs * num_minibatches) so every batch's weights reach the actors")
 
-    def make_learner(self, settings, descriptor, context: core.RunContext, *, trainable_parts=None):
-        if trainable_parts:
-            raise ConfigError(f"--algo=ppo trains every part of its networks; trainable parts "
-                              f"{list(trainable_parts)} are a MuZero option")
+    def make_learner(self, settings, descriptor, context: core.RunContext):
         algorithms.check_env(self, descriptor)
         from muzero.algorithms.ppo.learning import PPOLearner
         return PPOLearner(descriptor, settings.config, seed=settings.seed, stop_event=context.stop_event)

@@ -103,10 +103,7 @@ class R2D2Builder(StreamingBuilder):
             raise ConfigError(f"R2D2TrainingConfig.n_step={t.n_step} is invalid: must be <= "
                               f"unroll_length={t.unroll_length}")
 
-    def make_learner(self, settings, descriptor, context: core.RunContext, *, trainable_parts=None):
-        if trainable_parts:
-            raise ConfigError(f"--algo=r2d2 trains the whole network; trainable parts {list(trainable_parts)} "
-                              "are a MuZero option")
+    def make_learner(self, settings, descriptor, context: core.RunContext):
         algorithms.check_env(self, descriptor)
         from muzero.algorithms.r2d2.learning import R2D2Learner
         return R2D2Learner(settings, descriptor, context)

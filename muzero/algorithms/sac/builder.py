@@ -69,10 +69,7 @@ class SACBuilder(StreamingBuilder):
             raise ConfigError(f"RunSettings.num_actors={settings.num_actors} is invalid for --algo=sac: "
                               "training needs at least one training actor")
 
-    def make_learner(self, settings, descriptor, context: core.RunContext, *, trainable_parts=None):
-        if trainable_parts:
-            raise ConfigError(f"--algo=sac trains every part of its networks; trainable parts "
-                              f"{list(trainable_parts)} are a MuZero option")
+    def make_learner(self, settings, descriptor, context: core.RunContext):
         algorithms.check_env(self, descriptor)
         from muzero.algorithms.sac.learning import SACLearner
         return SACLearner(descriptor, settings.config, seed=settings.seed, env=settings.env,

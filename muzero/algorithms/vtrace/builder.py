@@ -88,10 +88,7 @@ class VTraceBuilder(StreamingBuilder):
         if settings.num_actors * settings.envs_per_actor < 1:
             raise ConfigError("--algo=vtrace needs at least one training env (num_actors * envs_per_actor >= 1)")
 
-    def make_learner(self, settings, descriptor, context: core.RunContext, *, trainable_parts=None):
-        if trainable_parts:
-            raise ConfigError(f"--algo=vtrace trains the whole network; trainable parts {list(trainable_parts)} "
-                              "are a MuZero option")
+    def make_learner(self, settings, descriptor, context: core.RunContext):
         from muzero.algorithms.vtrace.learning import VTraceLearner
         return VTraceLearner(settings, descriptor, context)
 
