@@ -302,6 +302,10 @@ class Builder(abc.ABC):
     # The network parts ``--trainable_parts`` may name for fine-tuning (empty: the learner
     # trains its whole model and refuses the flag).
     trainable_parts: tuple = ()
+    # Numba kernels of the algorithm's own code, {group: "module:function"}: the function
+    # compiles them by calling its code paths on tiny inputs, and ``python -m muzero.warmup``
+    # runs it (as group ``<name>_<group>``) so that a fresh clone's processes load them cached.
+    numba_warmups: dict = {}
     # Command-line shortcuts to config fields (``Shortcut``): the learner, actor and evaluator
     # command lines define them (``--simulations`` sets search.num_simulations).
     shortcuts: tuple = ()

@@ -10,7 +10,7 @@ target kernels, paid in each actor process that starts before the cache is writt
 This module does that work once, up front, one process per group of kernels and as many
 processes at a time as ``--jobs`` (default: the CPU cores), so a 2-core machine compiles
 in about half the time. Each group is compiled by calling the public code paths
-(``search``, ``Replay.sample``) on tiny inputs with the argument types those paths
+(``search``; an algorithm's replay sampling) on tiny inputs with the argument types those paths
 always pass, so the cached signatures are the ones training uses. ``make test`` and
 ``make train`` run it first; with a warm cache it takes about a second.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib
 import multiprocessing
 import os
 import sys
@@ -28,9 +29,20 @@ import time
 
 import numpy as np
 
-# Groups in the order their compile is longest first (measured on a cold cache), so that a
-# pool hands the long ones out first and the short ones fill in beside them.
-GROUPS = ("puct_serial", "gumbel_parallel", "gumbel_serial", "puct_parallel", "replay")
+# The search kit's groups in the order their compile is longest first (measured on a cold
+# cache), so that a pool hands the long ones out first and the short ones fill in beside
+# them; then each algorithm's own (``Builder.numba_warmups``), as ``<algo>_<group>``.
+SEARCH_GROUPS = ("puct_serial", "gumbel_parallel", "gumbel_serial", "puct_parallel")
+
+
+def _algorithm_groups() -> dict:
+    """{"<algo>_<group>": "module:function"} of every algorithm's Numba warm-ups."""
+    from muzero import algorithms
+    return {f"{name}_{group}": target for name in algorithms.names()
+            for group, target in algorithms.get(name).numba_warmups.items()}
+
+
+GROUPS = SEARCH_GROUPS + tuple(_algorithm_groups())
 
 
 def _search(root_selection: str, parallel: bool, readonly: bool) -> None:
@@ -57,32 +69,14 @@ def _search(root_selection: str, parallel: bool, readonly: bool) -> None:
     search(root, recurrent_fn, config, np.random.default_rng(0), parallel=parallel)
 
 
-def _replay() -> None:
-    from envs.base import EnvDescriptor
-    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
-    from muzero.algorithms.muzero.replay import Replay
-
-    descriptor = EnvDescriptor("warmup", (2, 2, 1), "uint8", 2, kind="image", frame_layout="HWC")
-    replay = Replay(descriptor, ReplayConfig(capacity_steps=32, min_steps_to_sample=1),
-                    TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=2), seed=0,
-                    discount=0.99)
-    t = 6
-    replay.insert(dict(episode_id=np.int64(0), start=np.int64(0),
-                       observations=np.zeros((t, 2, 2, 1), np.uint8), actions=np.zeros(t, np.int32),
-                       rewards=np.zeros(t, np.float32), root_values=np.zeros(t, np.float32),
-                       policies=np.full((t, 2), 0.5, np.float32), to_play=np.zeros(t, np.int8),
-                       priorities=np.ones(t, np.float32), terminated=np.bool_(True),
-                       truncated=np.bool_(False)))
-    batch = replay.sample(2)
-    replay.update_priorities(batch["index"], np.ones(2, np.float32))
-
-
 def compile_group(group: str) -> float:
     """Compiles (or loads from the cache) one group of kernels; returns the seconds it took."""
     start = time.perf_counter()
-    if group == "replay":
-        _replay()
-    elif group in GROUPS:
+    algorithm_groups = _algorithm_groups()
+    if group in algorithm_groups:
+        module, function = algorithm_groups[group].split(":")
+        getattr(importlib.import_module(module), function)()
+    elif group in SEARCH_GROUPS:
         root_selection, mode = group.split("_")
         # Actors (read-only outputs) search serially; in-process callers pass writable arrays.
         for readonly in ((False,) if mode == "parallel" else (False, True)):

@@ -21,6 +21,7 @@ class MuZeroBuilder(core.Builder):
     presets = defaults.PRESETS
     multi_device = True
     trainable_parts = NETWORK_PARTS
+    numba_warmups = {"replay": "muzero.algorithms.muzero.replay:compile_kernels"}
     shortcuts = (
         core.Shortcut("simulations", "search", "num_simulations", "integer", "MCTS simulations per move"),
         core.Shortcut("pretrain", "pretrain", "enabled", "boolean",

@@ -466,3 +466,21 @@ class Replay:
             except (KeyError, TypeError, ValueError) as e:
                 raise SnapshotError(f"replay snapshot {directory!r} does not fit this replay: {e}") from e
             self._cond.notify_all()
+
+
+def compile_kernels() -> None:
+    """Compiles (or loads from Numba's cache) the store's and the targets' kernels by
+    inserting into and sampling a tiny image replay, with the argument types training
+    passes (``python -m muzero.warmup`` runs it as the ``muzero_replay`` group)."""
+    descriptor = EnvDescriptor("warmup", (2, 2, 1), "uint8", 2, kind="image", frame_layout="HWC")
+    replay = Replay(descriptor, ReplayConfig(capacity_steps=32, min_steps_to_sample=1),
+                    TargetConfig(num_unroll_steps=2, td_steps=2, stack_frames=2), seed=0, discount=0.99)
+    t = 6
+    replay.insert(dict(episode_id=np.int64(0), start=np.int64(0),
+                       observations=np.zeros((t, 2, 2, 1), np.uint8), actions=np.zeros(t, np.int32),
+                       rewards=np.zeros(t, np.float32), root_values=np.zeros(t, np.float32),
+                       policies=np.full((t, 2), 0.5, np.float32), to_play=np.zeros(t, np.int8),
+                       priorities=np.ones(t, np.float32), terminated=np.bool_(True),
+                       truncated=np.bool_(False)))
+    batch = replay.sample(2)
+    replay.update_priorities(batch["index"], np.ones(2, np.float32))
