@@ -112,6 +112,66 @@ def consistency_terms(network, predicted_hidden: Sequence[tf.Tensor],
     return tf.reshape(negative_cosine(online, target), [-1, num_unroll])
 
 
+def _checked_targets(network, batch: dict, cfg: TrainingConfig) -> dict:
+    """The batch's actions [B, K] int32, masks [B, K+1] f32 (the reward's zero at step 0),
+    targets zeroed where masked (so that garbage there cannot leak in) and importance
+    weights [B], after checking its keys and shapes; ``num_unroll`` is the static K."""
+    consistency = cfg.consistency_loss_weight > 0
+    missing = [k for k in BATCH_KEYS + ((NEXT_OBSERVATION,) if consistency else ()) if k not in batch]
+    if missing:
+        raise KeyError(f"batch lacks {missing}; expected keys {list(BATCH_KEYS)}"
+                       + (f" and '{NEXT_OBSERVATION}' (consistency_loss_weight > 0)" if consistency else ""))
+    if consistency and getattr(network, "pretrain_head", None) is None:
+        raise ValueError("consistency_loss_weight > 0 needs the network's pretrain_head: build it with "
+                         "make_network(..., with_ssl_head=True)")
+    actions = tf.cast(batch["actions"], tf.int32)                        # [B, K]
+    num_unroll = actions.shape[1]
+    if num_unroll is None:
+        raise ValueError("batch['actions'] must have a static unroll length K, got shape "
+                         f"{actions.shape}")
+    value_mask = tf.cast(batch["value_mask"], tf.float32)                # [B, K+1]
+    reward_mask = tf.cast(batch["reward_mask"], tf.float32)
+    reward_mask = tf.concat([tf.zeros_like(reward_mask[:, :1]), reward_mask[:, 1:]], axis=1)
+    policy_mask = tf.cast(batch["policy_mask"], tf.float32)
+    for name, m in (("value_mask", value_mask), ("target_value", batch["target_value"]),
+                    ("target_policy", batch["target_policy"])):
+        if m.shape[1] is not None and m.shape[1] != num_unroll + 1:
+            raise ValueError(f"batch['{name}'] has {m.shape[1]} positions, expected "
+                             f"K+1 = {num_unroll + 1} (shape {m.shape})")
+    return dict(
+        actions=actions, num_unroll=num_unroll, value_mask=value_mask, reward_mask=reward_mask,
+        policy_mask=policy_mask,
+        target_value=tf.where(value_mask > 0, tf.cast(batch["target_value"], tf.float32), 0.0),
+        target_reward=tf.where(reward_mask > 0, tf.cast(batch["target_reward"], tf.float32), 0.0),
+        target_policy=tf.where(policy_mask[..., None] > 0, tf.cast(batch["target_policy"], tf.float32), 0.0),
+        weight=tf.cast(batch["importance_weight"], tf.float32))           # [B]
+
+
+def unroll(network, observation: tf.Tensor, actions: tf.Tensor, hidden_gradient_scale: float,
+           n_forward: Optional[tf.Tensor] = None) -> tuple:
+    """One ``initial`` on the observation, then K ``recurrent`` steps with ``actions``
+    [B, K], the gradient into each recurrent step's hidden state scaled by
+    ``hidden_gradient_scale``. Returns value logits [B, K+1, V], policy logits [B, K+1, A],
+    reward logits [B, K, R] (None when K = 0) and the K predicted hidden states."""
+    skip = {} if n_forward is None else {"n_forward": n_forward}
+    out = network.initial(observation, **skip)
+    value_logits = [out["value_logits"]]
+    policy_logits = [out["policy_logits"]]
+    reward_logits = []
+    predicted_hidden = []
+    hidden = out["hidden_state"]
+    for k in range(actions.shape[1]):
+        hidden = scale_gradient(hidden, hidden_gradient_scale)
+        out_k = network.recurrent(hidden, actions[:, k], **skip)
+        value_logits.append(out_k["value_logits"])
+        policy_logits.append(out_k["policy_logits"])
+        reward_logits.append(out_k["reward_logits"])
+        hidden = out_k["hidden_state"]
+        predicted_hidden.append(hidden)
+    return (tf.stack(value_logits, axis=1), tf.stack(policy_logits, axis=1),
+            tf.stack(reward_logits, axis=1) if reward_logits else None, predicted_hidden)
+
+
 def compute_loss(network, batch: dict, training_config: TrainingConfig,
                  weight_decay_variables: Optional[Sequence[tf.Variable]] = None,
                  n_forward: Optional[tf.Tensor] = None):
@@ -134,61 +194,18 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
     """
     cfg = training_config
     consistency = cfg.consistency_loss_weight > 0
-    missing = [k for k in BATCH_KEYS + ((NEXT_OBSERVATION,) if consistency else ()) if k not in batch]
-    if missing:
-        raise KeyError(f"batch lacks {missing}; expected keys {list(BATCH_KEYS)}"
-                       + (f" and '{NEXT_OBSERVATION}' (consistency_loss_weight > 0)" if consistency else ""))
-    if consistency and getattr(network, "pretrain_head", None) is None:
-        raise ValueError("consistency_loss_weight > 0 needs the network's pretrain_head: build it with "
-                         "make_network(..., with_ssl_head=True)")
-    observation = batch["observation"]
-    actions = tf.cast(batch["actions"], tf.int32)                        # [B, K]
-    num_unroll = actions.shape[1]
-    if num_unroll is None:
-        raise ValueError("batch['actions'] must have a static unroll length K, got shape "
-                         f"{actions.shape}")
-    value_mask = tf.cast(batch["value_mask"], tf.float32)                # [B, K+1]
-    reward_mask = tf.cast(batch["reward_mask"], tf.float32)
-    reward_mask = tf.concat([tf.zeros_like(reward_mask[:, :1]), reward_mask[:, 1:]], axis=1)
-    policy_mask = tf.cast(batch["policy_mask"], tf.float32)
-    for name, m in (("value_mask", value_mask), ("target_value", batch["target_value"]),
-                    ("target_policy", batch["target_policy"])):
-        if m.shape[1] is not None and m.shape[1] != num_unroll + 1:
-            raise ValueError(f"batch['{name}'] has {m.shape[1]} positions, expected "
-                             f"K+1 = {num_unroll + 1} (shape {m.shape})")
-    # Zero the targets at masked positions so that garbage there cannot leak in.
-    target_value = tf.where(value_mask > 0, tf.cast(batch["target_value"], tf.float32), 0.0)
-    target_reward = tf.where(reward_mask > 0, tf.cast(batch["target_reward"], tf.float32), 0.0)
-    target_policy = tf.where(policy_mask[..., None] > 0,
-                             tf.cast(batch["target_policy"], tf.float32), 0.0)
-    weight = tf.cast(batch["importance_weight"], tf.float32)             # [B]
-
-    # Unroll: 1 initial + K recurrent steps.
-    skip = {} if n_forward is None else {"n_forward": n_forward}
-    out = network.initial(observation, **skip)
-    value_logits = [out["value_logits"]]
-    policy_logits = [out["policy_logits"]]
-    reward_logits = []
-    predicted_hidden = []
-    hidden = out["hidden_state"]
-    for k in range(num_unroll):
-        hidden = scale_gradient(hidden, cfg.hidden_gradient_scale)
-        out_k = network.recurrent(hidden, actions[:, k], **skip)
-        value_logits.append(out_k["value_logits"])
-        policy_logits.append(out_k["policy_logits"])
-        reward_logits.append(out_k["reward_logits"])
-        hidden = out_k["hidden_state"]
-        predicted_hidden.append(hidden)
-    value_logits = tf.stack(value_logits, axis=1)                       # [B, K+1, V]
-    policy_logits = tf.stack(policy_logits, axis=1)                     # [B, K+1, A]
+    t = _checked_targets(network, batch, cfg)
+    num_unroll, value_mask, reward_mask, policy_mask = (t["num_unroll"], t["value_mask"], t["reward_mask"],
+                                                        t["policy_mask"])
+    value_logits, policy_logits, reward_logits, predicted_hidden = unroll(
+        network, batch["observation"], t["actions"], cfg.hidden_gradient_scale, n_forward)
 
     value_ce = _cross_entropy(value_logits,
-                              tf_scalar_to_two_hot(target_value, network.value_support))
-    policy_ce = _cross_entropy(policy_logits, target_policy)            # [B, K+1]
+                              tf_scalar_to_two_hot(t["target_value"], network.value_support))
+    policy_ce = _cross_entropy(policy_logits, t["target_policy"])       # [B, K+1]
     if num_unroll > 0:
-        reward_logits = tf.stack(reward_logits, axis=1)                 # [B, K, R]
         reward_ce = _cross_entropy(
-            reward_logits, tf_scalar_to_two_hot(target_reward[:, 1:], network.reward_support))
+            reward_logits, tf_scalar_to_two_hot(t["target_reward"][:, 1:], network.reward_support))
         reward_ce = tf.concat([tf.zeros_like(reward_ce[:, :1]), reward_ce], axis=1)
     else:
         reward_ce = tf.zeros_like(value_ce)
@@ -202,17 +219,18 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
                                 * policy_mask * policy_ce, axis=1)
     per_sample = (cfg.value_loss_weight * value_loss + cfg.reward_loss_weight * reward_loss
                   + cfg.policy_loss_weight * policy_loss)
+    losses = {"loss/value": value_loss, "loss/reward": reward_loss, "loss/policy": policy_loss}
     if consistency and num_unroll > 0:
         # The observation at t+k exists exactly where the policy target does.
         step_mask = tf.concat([tf.zeros_like(policy_mask[:, :1]), policy_mask[:, 1:]], axis=1)
         terms = consistency_terms(network, predicted_hidden, batch[NEXT_OBSERVATION])  # [B, K]
         terms = tf.where(step_mask[:, 1:] > 0, terms, 0.0)
-        consistency_loss = tf.reduce_sum(_step_scales(step_mask, num_unroll, mode)[:, 1:]
-                                         * step_mask[:, 1:] * terms, axis=1)   # [B]
-        per_sample = per_sample + cfg.consistency_loss_weight * consistency_loss
+        losses["loss/consistency"] = tf.reduce_sum(_step_scales(step_mask, num_unroll, mode)[:, 1:]
+                                                   * step_mask[:, 1:] * terms, axis=1)   # [B]
+        per_sample = per_sample + cfg.consistency_loss_weight * losses["loss/consistency"]
     elif consistency:
-        consistency_loss = tf.zeros_like(value_loss)
-    loss = tf.reduce_mean(weight * per_sample)
+        losses["loss/consistency"] = tf.zeros_like(value_loss)
+    loss = tf.reduce_mean(t["weight"] * per_sample)
 
     variables = decayed_variables(network, weight_decay_variables)
     if cfg.weight_decay > 0 and variables:
@@ -223,28 +241,33 @@ def compute_loss(network, batch: dict, training_config: TrainingConfig,
 
     value_0 = tf.stop_gradient(tf_logits_to_scalar(value_logits[:, 0], network.value_support))
     priorities = tf.abs(value_0 - tf.cast(batch["target_value"][:, 0], tf.float32))
+    return total, _metrics(network, t, losses, total, decay, value_0, reward_logits, priorities), priorities
 
+
+def _metrics(network, t: dict, losses: dict, total, decay, value_0, reward_logits, priorities) -> dict:
+    """compute_loss's metrics: the losses (importance-weighted batch means of the per-sample
+    ``losses``), and predictions against targets at unmasked positions."""
     def masked_mean(x, m):
         return tf.reduce_sum(x * m) / tf.maximum(tf.reduce_sum(m), 1.0)
 
+    num_unroll, weight = t["num_unroll"], t["weight"]
     predicted_reward = (tf.stack([tf.zeros_like(value_0)] + [
         tf_logits_to_scalar(reward_logits[:, k], network.reward_support)
-        for k in range(num_unroll)], axis=1) if num_unroll > 0 else tf.zeros_like(value_mask))
-    metrics = {
-        "loss/total": total,
-        "loss/value": tf.reduce_mean(weight * value_loss),
-        "loss/reward": tf.reduce_mean(weight * reward_loss),
-        "loss/policy": tf.reduce_mean(weight * policy_loss),
+        for k in range(num_unroll)], axis=1) if num_unroll > 0 else tf.zeros_like(t["value_mask"]))
+    metrics = {"loss/total": total}
+    metrics.update({name: tf.reduce_mean(weight * loss) for name, loss in losses.items()
+                    if name != "loss/consistency"})
+    metrics.update({
         "loss/weight_decay": decay,
         "prediction/value": tf.reduce_mean(value_0),
-        "target/value": masked_mean(target_value[:, :1], value_mask[:, :1]),
-        "prediction/reward": masked_mean(tf.stop_gradient(predicted_reward), reward_mask),
-        "target/reward": masked_mean(target_reward, reward_mask),
+        "target/value": masked_mean(t["target_value"][:, :1], t["value_mask"][:, :1]),
+        "prediction/reward": masked_mean(tf.stop_gradient(predicted_reward), t["reward_mask"]),
+        "target/reward": masked_mean(t["target_reward"], t["reward_mask"]),
         "priority/mean": tf.reduce_mean(priorities),
-    }
-    if consistency:
-        metrics["loss/consistency"] = tf.reduce_mean(weight * consistency_loss)
-    return total, metrics, priorities
+    })
+    if "loss/consistency" in losses:
+        metrics["loss/consistency"] = tf.reduce_mean(weight * losses["loss/consistency"])
+    return metrics
 
 
 def make_train_step(network, optimizer, training_config: TrainingConfig,
