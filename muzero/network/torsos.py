@@ -10,20 +10,22 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from muzero.config import ConfigError
 from muzero.network.layers import Conv2D, Dense
+from muzero.network.options import ACTIVATIONS as _ACTIVATION_NAMES
+
+# The nonlinearity of each name in ``muzero.network.options.ACTIVATIONS``.
+ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
+assert tuple(ACTIVATIONS) == _ACTIVATION_NAMES
 
 
-_ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
-
-
-def choose_torso(config, observation_shape: tuple, is_image: bool) -> str:
-    """"mlp" or "atari" for ``config.torso`` ("auto" picks by the observation kind); ``config`` is a
-    network config with a ``torso`` field (V-trace's and R2D2's)."""
-    torso = config.torso
+def choose_torso(torso: str, observation_shape: tuple, is_image: bool) -> str:
+    """"mlp" or "atari" for a network config's ``torso`` ("auto" picks by the observation
+    kind); ConfigError for "atari" on observations that are not [H, W, C]."""
     if torso == "auto":
         torso = "atari" if is_image else "mlp"
     if torso == "atari" and len(observation_shape) != 3:
-        raise ValueError(f"network.torso=atari needs [H, W, C] observations; got shape {tuple(observation_shape)}")
+        raise ConfigError(f"network.torso=atari needs [H, W, C] observations; got shape {tuple(observation_shape)}")
     return torso
 
 
@@ -42,7 +44,7 @@ class MLPTorso(tf.Module):
     def __init__(self, in_size: int, hidden_sizes, activation: str, rng: np.random.Generator,
                  name: Optional[str] = None):
         super().__init__(name=name)
-        self.activation = _ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[activation]
         self.in_size = in_size
         with self.name_scope:
             self.layers = []

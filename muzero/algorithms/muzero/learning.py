@@ -58,7 +58,9 @@ from muzero.distribute import configure_devices, host_seed, make_strategy
 from muzero.checkpoints import RestoreSummary, restore_parts
 from muzero.algorithms.muzero.network import export_saved_model, make_network, make_train_step
 from muzero.algorithms.muzero.network.loss import make_distributed_train_step
+from muzero.network import optimizers
 from muzero.network.layers import variable_averager, variable_copier
+from muzero.network.optimizers import learning_rate_schedule
 from muzero.algorithms.muzero.network.networks import PARTS, draw_n_forward
 from muzero.algorithms.muzero.replay import Replay, ReplayClosedError
 from muzero.algorithms.muzero.augment import augment_board_batch, augment_mirror_batch
@@ -71,15 +73,10 @@ PUSH_WAIT_S = 20.0
 
 
 def make_optimizer(training: TrainingConfig):
-    lr = training.learning_rate
-    if training.lr_schedule == "cosine":
-        lr = tf.keras.optimizers.schedules.CosineDecay(lr, training.lr_decay_steps, alpha=training.lr_alpha)
-    elif training.lr_schedule == "cosine_restarts":
-        lr = tf.keras.optimizers.schedules.CosineDecayRestarts(lr, training.lr_decay_steps,
-                                                               alpha=training.lr_alpha)
-    if training.optimizer == "sgd":
-        return tf.keras.optimizers.SGD(lr, momentum=training.momentum)
-    return tf.keras.optimizers.Adam(lr)
+    """The training section's optimiser (Adam or SGD) at its learning-rate schedule."""
+    schedule = learning_rate_schedule(training.learning_rate, training.lr_schedule, training.lr_decay_steps,
+                                      alpha=training.lr_alpha)
+    return optimizers.make_optimizer(schedule, training.optimizer, momentum=training.momentum)
 
 
 def check_parts(parts: Optional[Sequence[str]]) -> Optional[list]:

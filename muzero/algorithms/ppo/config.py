@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, check_sizes,
-                           fail_field)
+from muzero.config import SectionedConfig, check_bool, check_choice, check_float, check_int, fail_field
+from muzero.network.options import check_optimizer, check_torso
 
-TORSOS = ("auto", "mlp", "atari")
-ACTIVATIONS = ("relu", "tanh")
 SCHEDULES = ("constant", "linear")
 Q_AGGREGATES = ("max", "mean")
 # Layers of the Atari conv torso (8x8/4 32, 4x4/2 64, 3x3/1 64), counted by shared_layers.
@@ -55,10 +53,7 @@ class PPONetworkConfig:
     value_init_scale: float = 1.0
 
     def __post_init__(self):
-        check_choice(self, "torso", TORSOS)
-        check_choice(self, "activation", ACTIVATIONS)
-        check_sizes(self, "policy_hidden_sizes")
-        check_sizes(self, "value_hidden_sizes")
+        check_torso(self, sizes=("policy_hidden_sizes", "value_hidden_sizes"), atari_dense_size=False)
         most = ATARI_CONV_LAYERS + min(len(self.policy_hidden_sizes), len(self.value_hidden_sizes))
         check_int(self, "shared_layers", 0, most)
         check_float(self, "policy_init_scale", 0.0, 100.0, lo_open=True)
@@ -147,12 +142,7 @@ class PPOTrainingConfig:
         check_float(self, "discount", 0.0, 1.0)
         check_float(self, "entropy_cost", 0.0)
         check_float(self, "value_cost", 0.0)
-        check_float(self, "policy_learning_rate", 0.0, 10.0, lo_open=True)
-        check_float(self, "value_learning_rate", 0.0, 10.0, lo_open=True)
-        check_choice(self, "lr_schedule", SCHEDULES)
-        check_int(self, "lr_decay_steps", 1)
-        check_float(self, "adam_epsilon", 0.0, 1.0, lo_open=True)
-        check_float(self, "gradient_clip_norm", 0.0)
+        check_optimizer(self, ("policy_learning_rate", "value_learning_rate"), schedules=SCHEDULES)
         check_bool(self, "normalize_advantages")
         check_bool(self, "scale_value_targets")
         if self.scale_value_targets and self.discount >= 1.0:

@@ -33,6 +33,7 @@ from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.config import to_dict
 from muzero.network.layers import variable_copier
+from muzero.network.optimizers import learning_rate_schedule, make_optimizer
 
 ALGO = "ppo"
 PPO_STATE = "ppo_state.json"   # RNG states inside a checkpoint directory (written by save)
@@ -171,11 +172,8 @@ _METRICS = ("loss/total", "loss/policy", "loss/value", "loss/entropy", "policy/c
 
 
 def _make_optimizer(learning_rate: float, training) -> tf.keras.optimizers.Optimizer:
-    lr = learning_rate
-    if training.lr_schedule == "linear":
-        lr = tf.keras.optimizers.schedules.PolynomialDecay(learning_rate, training.lr_decay_steps,
-                                                           end_learning_rate=0.0, power=1.0)
-    return tf.keras.optimizers.Adam(lr, epsilon=training.adam_epsilon)
+    return make_optimizer(learning_rate_schedule(learning_rate, training.lr_schedule, training.lr_decay_steps),
+                          epsilon=training.adam_epsilon)
 
 
 class PPOLearner(CheckpointedLearner):

@@ -37,19 +37,10 @@ import tensorflow as tf
 from muzero.algorithms.ppo.config import PPOConfig
 from muzero.config import ConfigError
 from muzero.network.layers import Conv2D, Dense
+from muzero.network.torsos import ACTIVATIONS, choose_torso
 
-_ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
 # (out_channels, kernel, stride) of the Atari torso's convolutions.
 _ATARI_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
-
-
-def choose_torso(torso: str, observation_shape: tuple, is_image: bool) -> str:
-    """"mlp" or "atari" for ``network.torso`` ("auto" picks by the observation kind)."""
-    if torso == "auto":
-        torso = "atari" if is_image else "mlp"
-    if torso == "atari" and len(observation_shape) != 3:
-        raise ConfigError(f"network.torso=atari needs [H, W, C] observations; got shape {tuple(observation_shape)}")
-    return torso
 
 
 def value_scale(discount: float, scale_value_targets: bool) -> float:
@@ -92,7 +83,7 @@ class DenseLayer(tf.Module):
     def __init__(self, in_size: int, out_size: int, activation: str, rng: np.random.Generator,
                  name: Optional[str] = None):
         super().__init__(name=name)
-        self.activation = _ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[activation]
         with self.name_scope:
             self.dense = Dense(in_size, out_size, rng, name="dense")
 

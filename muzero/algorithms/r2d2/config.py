@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, check_sizes,
-                           fail_field)
+from muzero.config import SectionedConfig, check_bool, check_float, check_int, fail_field
+from muzero.network.options import check_optimizer, check_torso
 
-TORSOS = ("auto", "mlp", "atari")
-ACTIVATIONS = ("relu", "tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +53,7 @@ class R2D2NetworkConfig:
     use_memory: bool = True
 
     def __post_init__(self):
-        check_choice(self, "torso", TORSOS)
-        check_choice(self, "activation", ACTIVATIONS)
-        check_sizes(self, "mlp_hidden_sizes")
-        check_int(self, "atari_dense_size", 1, 65_536)
+        check_torso(self)
         check_int(self, "lstm_size", 1, 65_536)
         check_int(self, "head_hidden_size", 0, 65_536)
         check_bool(self, "use_memory")
@@ -183,9 +178,7 @@ class R2D2TrainingConfig:
                        f"must be <= unroll_length = {self.unroll_length} (the n-step window lies "
                        "inside the trained part of a sequence)")
         check_float(self, "discount", 0.0, 1.0)
-        check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
-        check_float(self, "adam_epsilon", 0.0, 1.0, lo_open=True)
-        check_float(self, "gradient_clip_norm", 0.0)
+        check_optimizer(self)
         check_int(self, "target_update_period", 1)
         check_bool(self, "value_rescaling")
         check_float(self, "value_rescaling_epsilon", 0.0, 1.0)

@@ -50,6 +50,7 @@ from muzero.algorithms.r2d2.networks import STATE_KEYS, R2D2Network, make_networ
 from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.config import ConfigError, to_dict
 from muzero.network.layers import variable_copier
+from muzero.network.optimizers import make_optimizer
 from muzero.network.transforms import tf_h_inverse, tf_h_transform
 
 ALGO = "r2d2"
@@ -301,7 +302,7 @@ class R2D2Learner(CheckpointedLearner):
                                  samples_per_insert=r.samples_per_insert, min_size=r.min_size, seed=seed)
         self.replay.check_batch_size(t.batch_size)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.optimizer = tf.keras.optimizers.Adam(t.learning_rate, epsilon=t.adam_epsilon)
+        self.optimizer = make_optimizer(t.learning_rate, epsilon=t.adam_epsilon)
         self._variables = list(self.online.trainable_variables)
         self.optimizer.build(self._variables)
         self.checkpoint = tf.train.Checkpoint(network=self.online, target_network=self.target,

@@ -30,10 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from muzero.algorithms.r2d2.config import R2D2NetworkConfig
-from muzero.network.torsos import choose_torso, make_torso
 from muzero.network.layers import Dense
+from muzero.network.torsos import ACTIVATIONS, choose_torso, make_torso
 
-_ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.nn.tanh}
 STATE_KEYS = ("h", "c")
 
 
@@ -69,7 +68,7 @@ class DuelingHead(tf.Module):
     def __init__(self, in_size: int, hidden: int, num_actions: int, activation: str,
                  rng: np.random.Generator, name: Optional[str] = None):
         super().__init__(name=name)
-        self.activation = _ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[activation]
         with self.name_scope:
             self.value_hidden = Dense(in_size, hidden, rng, name="value_hidden") if hidden else None
             self.value_out = Dense(hidden or in_size, 1, rng, name="value")
@@ -97,7 +96,7 @@ class R2D2Network(tf.Module):
             raise ValueError(f"num_actions={num_actions} must be >= 1")
         self.use_memory = bool(config.use_memory)
         self.lstm_size = int(config.lstm_size)
-        self.torso_kind = choose_torso(config, self.observation_shape, is_image)
+        self.torso_kind = choose_torso(config.torso, self.observation_shape, is_image)
         rng = np.random.default_rng(seed)
         with self.name_scope:
             self.torso = make_torso(self.torso_kind, config, self.observation_shape, rng)

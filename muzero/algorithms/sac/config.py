@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from muzero.config import SectionedConfig, check_choice, check_float, check_int, check_sizes, fail_field
+from muzero.config import SectionedConfig, check_choice, check_float, check_int, fail_field
+from muzero.network.options import check_optimizer, check_torso
 
-ACTIVATIONS = ("relu", "tanh")
 HER_STRATEGIES = ("future", "final")
 
 
@@ -39,9 +39,7 @@ class SACNetworkConfig:
     log_std_max: float = 2.0
 
     def __post_init__(self):
-        check_sizes(self, "actor_hidden_sizes")
-        check_sizes(self, "critic_hidden_sizes")
-        check_choice(self, "activation", ACTIVATIONS)
+        check_torso(self, sizes=("actor_hidden_sizes", "critic_hidden_sizes"), torso=False, atari_dense_size=False)
         check_float(self, "log_std_min", -100.0, 100.0)
         check_float(self, "log_std_max", -100.0, 100.0)
         if self.log_std_min >= self.log_std_max:
@@ -100,8 +98,8 @@ class SACTrainingConfig:
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
         check_int(self, "unroll_length", 1, 10_000)
-        for name in ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate"):
-            check_float(self, name, 0.0, 10.0, lo_open=True)
+        check_optimizer(self, ("actor_learning_rate", "critic_learning_rate", "alpha_learning_rate"),
+                        adam_epsilon=False)
         check_float(self, "discount", 0.0, 1.0)
         check_float(self, "tau", 0.0, 1.0, lo_open=True)
         check_float(self, "initial_alpha", 0.0, 1e6, lo_open=True)
@@ -111,7 +109,6 @@ class SACTrainingConfig:
         check_int(self, "replay_capacity", 1, 1 << 31)
         check_int(self, "min_replay", 1, self.replay_capacity if isinstance(self.replay_capacity, int) else None)
         check_float(self, "replay_ratio", 0.0, 1e4)
-        check_float(self, "gradient_clip_norm", 0.0)
         check_int(self, "her_relabels", 0, 64)
         check_choice(self, "her_strategy", HER_STRATEGIES)
 

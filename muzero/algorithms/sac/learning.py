@@ -34,6 +34,7 @@ from muzero.algorithms.sac.networks import SACNetworks
 from muzero.algorithms.tf_learner import CheckpointedLearner
 from muzero.config import ConfigError
 from muzero.network.layers import variable_copier
+from muzero.network.optimizers import make_optimizer
 
 ALGO = "sac"
 _METRICS = ("loss/critic", "loss/actor", "loss/alpha", "alpha", "policy/entropy", "q/mean", "q/target_mean",
@@ -142,9 +143,9 @@ class SACLearner(CheckpointedLearner):
         self._noise = tf.random.Generator.from_seed(seed + 2)
         self.log_alpha = tf.Variable(math.log(t.initial_alpha), dtype=tf.float32, name="log_alpha")
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.actor_optimizer = tf.keras.optimizers.Adam(t.actor_learning_rate)
-        self.critic_optimizer = tf.keras.optimizers.Adam(t.critic_learning_rate)
-        self.alpha_optimizer = tf.keras.optimizers.Adam(t.alpha_learning_rate)
+        self.actor_optimizer = make_optimizer(t.actor_learning_rate)
+        self.critic_optimizer = make_optimizer(t.critic_learning_rate)
+        self.alpha_optimizer = make_optimizer(t.alpha_learning_rate)
         self.actor_optimizer.build(self.networks.actor_variables)
         self.critic_optimizer.build(self.networks.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])

@@ -13,12 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from muzero.config import (SectionedConfig, check_bool, check_choice, check_float, check_int, check_sizes,
-                           fail_field)
-
-TORSOS = ("auto", "mlp", "atari")
-ACTIVATIONS = ("relu", "tanh")
-LR_SCHEDULES = ("constant", "linear")
+from muzero.config import SectionedConfig, check_float, check_int, fail_field
+from muzero.network.options import check_optimizer, check_torso
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +40,7 @@ class VTraceNetworkConfig:
     policy_init_scale: float = 0.01
 
     def __post_init__(self):
-        check_choice(self, "torso", TORSOS)
-        check_choice(self, "activation", ACTIVATIONS)
-        check_sizes(self, "mlp_hidden_sizes")
-        check_int(self, "atari_dense_size", 1, 65_536)
+        check_torso(self)
         check_float(self, "policy_init_scale", 0.0, 100.0, lo_open=True)
 
 
@@ -103,11 +96,8 @@ class VTraceTrainingConfig:
     def __post_init__(self):
         check_int(self, "batch_size", 1, 65_536)
         check_int(self, "unroll_length", 1, 10_000)
-        check_float(self, "learning_rate", 0.0, 10.0, lo_open=True)
-        check_choice(self, "lr_schedule", LR_SCHEDULES)
-        check_int(self, "lr_decay_steps", 1)
+        check_optimizer(self, schedules=("constant", "linear"))
         check_float(self, "adam_beta1", 0.0, 1.0, hi_open=True)
-        check_float(self, "adam_epsilon", 0.0, 1.0, lo_open=True)
         check_float(self, "discount", 0.0, 1.0)
         check_float(self, "lambda_", 0.0, 1.0)
         check_float(self, "baseline_cost", 0.0)
@@ -119,7 +109,6 @@ class VTraceTrainingConfig:
                       "must be > 0 when target_entropy is set (it is the initial learnt coefficient)")
         check_float(self, "entropy_adjustment_speed", 0.0, 1e4, lo_open=True)
         check_float(self, "max_abs_reward", 0.0)
-        check_float(self, "gradient_clip_norm", 0.0)
         check_float(self, "clip_rho_threshold", 0.0, lo_open=True)
         check_float(self, "clip_pg_rho_threshold", 0.0, lo_open=True)
 

@@ -44,7 +44,9 @@ from muzero.algorithms.unroll_queue import UnrollQueue
 from muzero.algorithms.vtrace.config import VTraceConfig, VTraceTrainingConfig
 from muzero.algorithms.vtrace.networks import PolicyValueNetwork, make_network
 from muzero.config import ConfigError
+from muzero.network import optimizers
 from muzero.network.layers import variable_copier
+from muzero.network.optimizers import learning_rate_schedule, rate_at
 
 ALGO = "vtrace"
 
@@ -215,15 +217,9 @@ def stack_unrolls(unrolls: list, observation_dtype) -> dict:
 
 def make_optimizer(training: VTraceTrainingConfig):
     """Adam with a constant or linearly decaying (to 0) learning rate; returns (optimizer, lr_fn)."""
-    lr = training.learning_rate
-    if training.lr_schedule == "linear":
-        schedule = tf.keras.optimizers.schedules.PolynomialDecay(lr, training.lr_decay_steps,
-                                                                 end_learning_rate=0.0, power=1.0)
-        optimizer = tf.keras.optimizers.Adam(schedule, beta_1=training.adam_beta1,
-                                             epsilon=training.adam_epsilon)
-        return optimizer, schedule
-    optimizer = tf.keras.optimizers.Adam(lr, beta_1=training.adam_beta1, epsilon=training.adam_epsilon)
-    return optimizer, lambda _step: tf.constant(lr, tf.float32)
+    schedule = learning_rate_schedule(training.learning_rate, training.lr_schedule, training.lr_decay_steps)
+    optimizer = optimizers.make_optimizer(schedule, beta_1=training.adam_beta1, epsilon=training.adam_epsilon)
+    return optimizer, lambda step: rate_at(schedule, step)
 
 
 class EntropyCost(tf.Module):

@@ -37,7 +37,7 @@ class PolicyValueNetwork(tf.Module):
         self.observation_shape = tuple(int(d) for d in observation_shape)
         self.observation_dtype = np.dtype(observation_dtype)
         self.num_actions = int(num_actions)
-        self.torso_kind = choose_torso(config, self.observation_shape, is_image)
+        self.torso_kind = choose_torso(config.torso, self.observation_shape, is_image)
         rng = np.random.default_rng(seed)
         with self.name_scope:
             self.torso = make_torso(self.torso_kind, config, self.observation_shape, rng)
