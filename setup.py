@@ -25,6 +25,7 @@ install_requires = [
     "ale-py>=0.10",
     "tensorboard>=2.17",
     "matplotlib>=3.8",
+    "pillow>=10",   # GIFs of played episodes (python -m muzero.eval --video); matplotlib needs it too
 ]
 # With MUZERO_TF_GPU=1 the CPU wheel is left out so that `tensorflow[and-cuda]`
 # can be installed on its own; the two wheels must never sit side by side.
@@ -44,9 +45,13 @@ setup(
     packages=find_packages(include=["muzero", "muzero.*", "envs", "envs.*"]),
     install_requires=install_requires,
     extras_require={
-        # ray and minatar are here so that `make test` covers the Ray launcher and the MinAtar
-        # envs (their tests skip without them).
-        "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30", "minatar>=1.0.15"],
+        # ray, minatar and the video extra are here so that `make test` covers the Ray
+        # launcher, the MinAtar envs and MP4 recording (their tests skip without them).
+        "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30", "minatar>=1.0.15", "imageio-ffmpeg>=0.5",
+                "pygame>=2.1"],
+        # python -m muzero.eval --video=<file>.mp4 (imageio-ffmpeg ships its own ffmpeg binary),
+        # and Gymnasium's rgb_array render of classic-control and Box2D envs (pygame).
+        "video": ["imageio-ffmpeg>=0.5", "pygame>=2.1"],
         "ray": ["ray>=2.30"],
         # Box2D envs (gym:LunarLander-v3, gym:LunarLanderContinuous-v3, gym:BipedalWalker-v3):
         # Gymnasium's box2d module also imports pygame. Gymnasium's own [box2d] extra pins

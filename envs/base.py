@@ -323,6 +323,11 @@ class LoopEnvBatch(EnvBatch):
             to_play=np.array([env.to_play() for env in self.envs], dtype=np.int8),
             episode_return=ep_return, episode_length=ep_length, final_observation=final)
 
+    def render(self, index: int):
+        """Env ``index``'s own render of its current state (``render()``), or None."""
+        render = getattr(self.envs[index], "render", None)
+        return render() if callable(render) else None
+
     def reset(self) -> BatchStep:
         e = self.num_envs
         obs = [env.reset() for env in self.envs]

@@ -174,6 +174,13 @@ class GymEnv(Env):
         rewards = self._env.unwrapped.compute_reward(np.asarray(achieved_goal), np.asarray(desired_goal), {})
         return np.asarray(rewards, np.float32).reshape(len(achieved_goal))
 
+    def render(self) -> Optional[np.ndarray]:
+        """Gymnasium's render of the current state: an RGB frame [H, W, 3] when the env was made
+        with ``render_mode="rgb_array"``, else None."""
+        if getattr(self._env, "render_mode", None) != "rgb_array":
+            return None
+        return self._env.render()
+
     def close(self) -> None:
         self._env.close()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import dataclasses
@@ -27,6 +28,30 @@ CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 STATE = "state.json"
 KEEP_CHECKPOINTS = 2
+EXPORTS = "export"   # <logdir>/export/step-<N>: the SavedModels of a run
+
+
+def export_steps(root: str) -> list:
+    """[(step, path)] of the ``step-<N>`` exports in ``root``, oldest first."""
+    if not os.path.isdir(root):
+        return []
+    return sorted((int(m.group(1)), os.path.join(root, name)) for name in os.listdir(root)
+                  if (m := re.fullmatch(r"step-(\d+)", name)))
+
+
+def resolve_export(path: str) -> str:
+    """An export directory from itself (it holds a SavedModel), a run's export folder or a
+    logdir (their newest ``step-<N>``); ValueError naming what it looked for otherwise."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    for root in (path, os.path.join(path, EXPORTS)):
+        steps = export_steps(root)
+        if steps:
+            return steps[-1][1]
+    if not os.path.isdir(path):
+        raise ValueError(f"--export_dir={path!r} is not a directory")
+    raise ValueError(f"--export_dir={path!r} holds no SavedModel and no {EXPORTS}/step-<N> export: pass an "
+                     "export directory, a run's export folder or its logdir")
 
 
 def resolve_checkpoint(path: str) -> Optional[str]:

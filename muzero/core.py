@@ -248,6 +248,9 @@ class PlayRequest:
     env_options: Optional[dict] = None
     overrides: tuple = ()                 # "section.field=value": how the export plays (e.g. search)
     opponent: str = "none"                # two-player games: "minimax" or "random" plays the other side
+    # How the player makes its envs, with envs.make_batch's signature (env, num_envs, seed=,
+    # **options); None: envs.make_batch. The evaluator's --video passes one that records.
+    make_batch: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)

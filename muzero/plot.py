@@ -4,6 +4,11 @@ Reads the progress records the learner appends to ``<logdir>/metrics.jsonl`` (on
 JSON object every few seconds; resumed runs keep appending) and draws mean episode
 return against env steps and against wall time, and the losses against training
 steps. Several ``--logdir`` values (comma-separated) are drawn on the same axes.
+
+``python -m muzero.plot --compare runs/a runs/b ...`` compares runs, any algorithms:
+one colour per run, its evaluation return solid and its training return dotted, against
+env steps and against wall time, written to ``compare.png`` in the runs' common folder
+(or ``--out``).
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("logdir", None, "Run directories (comma-separated) holding metrics.jsonl.")
 flags.DEFINE_string("out", None, "Output PNG (default <first logdir>/curves.png).")
 flags.DEFINE_string("title", None, "Figure title (default: the logdir names).")
+flags.DEFINE_boolean("compare", False, "Compare the run directories given after the flags (and any --logdir): "
+                     "returns by env steps and by wall time, one colour per run, to <common folder>/compare.png.")
 
 
 def read_metrics(logdir: str) -> list:
@@ -89,12 +96,60 @@ def plot(logdirs: list, out: str, title: str = None) -> str:
     return out
 
 
+def _labels(logdirs: list) -> list:
+    """Each run's name: its path below the runs' common folder (its own name for one run)."""
+    if len(logdirs) == 1:
+        return [os.path.basename(os.path.normpath(logdirs[0]))]
+    common = os.path.commonpath([os.path.abspath(d) for d in logdirs])
+    return [os.path.relpath(os.path.abspath(d), common) for d in logdirs]
+
+
+def compare(logdirs: list, out: str, title: str = None) -> str:
+    """Several runs' returns on one figure: by env steps (left) and by wall time (right),
+    one colour per run, evaluation returns solid and training returns dotted."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(label, read_metrics(d)) for label, d in zip(_labels(logdirs), logdirs)]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for k, (label, records) in enumerate(runs):
+        colour = f"C{k % 10}"
+        env_steps, minutes = [r["env_steps"] for r in records], _wall_time(records)
+        for key, style, name in (("return_eval", "-", "eval"), ("return_train", ":", "train")):
+            pts = [(x, t, r[key]) for x, t, r in zip(env_steps, minutes, records) if r.get(key) is not None]
+            if pts:
+                axes[0].plot([p[0] for p in pts], [p[2] for p in pts], style, color=colour, label=f"{label} {name}")
+                axes[1].plot([p[1] for p in pts], [p[2] for p in pts], style, color=colour, label=f"{label} {name}")
+    axes[0].set(xlabel="env steps", ylabel="mean episode return", title="return vs env steps")
+    axes[1].set(xlabel="wall time (minutes)", ylabel="mean episode return", title="return vs wall time")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(title or " vs ".join(label for label, _ in runs))
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def main(argv):
-    del argv
-    if not FLAGS.logdir:
+    logdirs = list(FLAGS.logdir or [])
+    if FLAGS.compare:
+        logdirs += argv[1:]
+        if len(logdirs) < 2:
+            raise ValueError("--compare needs at least two run directories, e.g. "
+                             "python -m muzero.plot --compare runs/cartpole runs/ppo_cartpole")
+        common = os.path.commonpath([os.path.abspath(d) for d in logdirs])
+        print(compare(logdirs, FLAGS.out or os.path.join(common, "compare.png"), FLAGS.title))
+        return
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments {argv[1:]}: several runs go in --logdir=a,b or after --compare")
+    if not logdirs:
         raise ValueError("--logdir is required (a learner logdir holding metrics.jsonl)")
-    out = FLAGS.out or os.path.join(FLAGS.logdir[0], "curves.png")
-    print(plot(FLAGS.logdir, out, FLAGS.title))
+    out = FLAGS.out or os.path.join(logdirs[0], "curves.png")
+    print(plot(logdirs, out, FLAGS.title))
 
 
 def run():

@@ -128,11 +128,19 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     # The export plays through `python -m muzero.eval` in a fresh process: the search with the
     # export's own settings, no training code. CartPole pays one point per step survived, so
     # a mean return lies between 8 (the shortest possible episode) and 500.
-    played = _run("muzero.eval", [f"--export_dir={os.path.join(logdir, 'export', f'step-{final_step}')}",
-                                  "--episodes=4", "--num_envs=4", "--simulations=8"], timeout=120)
+    # Given the logdir, it plays the newest export; --video records the first env's games.
+    video = str(tmp_path / "eval.gif")
+    played = _run("muzero.eval", [f"--export_dir={logdir}", "--episodes=4", "--num_envs=4", "--simulations=8",
+                                  f"--video={video}"], timeout=120)
     assert played.returncode == 0, played.stderr[-2000:]
-    line = played.stdout.strip().splitlines()[-1]
+    lines = played.stdout.strip().splitlines()
+    assert f"playing {os.path.join(logdir, 'export', f'step-{final_step}')}" in lines
+    line = [x for x in lines if x.startswith("episodes=")][-1]
     assert line.startswith("episodes=4 mean_return=") and 8 <= float(line.split("mean_return=")[1]) <= 500, line
+    assert lines[-1].startswith(f"video={video} frames=") and int(lines[-1].split("frames=")[1].split()[0]) > 8
+    from PIL import Image
+    with Image.open(video) as gif:
+        assert gif.size == (360, 216)
 
     # The same command again resumes: the step continues and the replay comes back.
     # --max_seconds bounds the whole run across resumes: 47 leaves ~12 s for this session.
@@ -191,7 +199,9 @@ def test_tictactoe_defaults_train_with_sampled_openings_and_symmetries(tmp_path)
     # Against the perfect player through `python -m muzero.eval`: every game is counted once,
     # and a perfect player never loses, whoever moves first.
     played = _run("muzero.eval", [f"--export_dir={os.path.join(logdir, 'export', exports[0])}", "--episodes=4",
-                                  "--num_envs=4", "--simulations=4", "--opponent=minimax"], timeout=120)
+                                  "--num_envs=4", "--simulations=4", "--opponent=minimax",
+                                  f"--video={tmp_path / 'games.gif'}"], timeout=120)
     assert played.returncode == 0, played.stderr[-2000:]
-    counts = dict(item.split("=") for item in played.stdout.strip().splitlines()[-1].split())
+    counts = dict(item.split("=") for item in played.stdout.strip().splitlines()[-2].split())
+    assert os.path.isfile(tmp_path / "games.gif")     # the first env's games, both players' moves
     assert int(counts["wins"]) == 0 and sum(int(counts[k]) for k in ("wins", "draws", "losses")) == 4, counts

@@ -283,8 +283,9 @@ class PolicyPlayer:
 
 
 def evaluate_policy(export_dir: str, env: Optional[str] = None, env_options: Optional[dict] = None,
-                    episodes: int = 20, num_envs: int = 8, seed: int = 0) -> dict:
-    """Plays ``episodes`` episodes greedily over ``num_envs`` envs in lockstep.
+                    episodes: int = 20, num_envs: int = 8, seed: int = 0, make_batch=None) -> dict:
+    """Plays ``episodes`` episodes greedily over ``num_envs`` envs in lockstep, made by
+    ``make_batch`` (default ``envs.make_batch``).
 
     ``env``/``env_options`` default to the ``run.json`` beside the export when there is one.
     Returns ``{"returns": [...], "lengths": [...], "mean_return": float, "clipped_actions": int}``
@@ -307,7 +308,7 @@ def evaluate_policy(export_dir: str, env: Optional[str] = None, env_options: Opt
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes={episodes!r} must be an integer >= 1")
     player = PolicyPlayer(export_dir)
-    batch = envs.make_batch(env, num_envs, seed=seed, **(env_options or {}))
+    batch = (make_batch or envs.make_batch)(env, num_envs, seed=seed, **(env_options or {}))
     reward_env = None
     try:
         descriptor = batch.descriptor

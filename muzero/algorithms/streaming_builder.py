@@ -51,7 +51,8 @@ class StreamingBuilder(core.Builder):
             raise ValueError(f"--opponent, --simulations and --set apply to search-based exports, not to "
                              f"{self.name}'s")
         return evaluate_policy(export_dir, env=request.env, env_options=request.env_options,
-                               episodes=request.episodes, num_envs=request.num_envs, seed=request.seed)
+                               episodes=request.episodes, num_envs=request.num_envs, seed=request.seed,
+                               make_batch=request.make_batch)
 
     def remote_actor(self, settings, remote: core.RemoteActor) -> tuple:
         """A thin actor over ``remote.envs_per_actor`` envs (required without the learner's

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import threading
@@ -434,7 +433,7 @@ class Run:
         so ``step-<N>`` is always complete (a run killed mid-export leaves only the hidden
         directory, removed by the next export). Then only the newest ``keep_exports``
         ``step-*`` directories are kept (0 keeps all)."""
-        root = os.path.join(self.logdir, "export")
+        root = os.path.join(self.logdir, checkpoints.EXPORTS)
         os.makedirs(root, exist_ok=True)
         for name in os.listdir(root):   # leftovers of an export that was cut short
             if name.startswith(".partial-"):
@@ -457,11 +456,9 @@ class Run:
             shutil.rmtree(path)
         os.replace(partial, path)
         keep = self.settings.keep_exports
-        steps = sorted((int(m.group(1)), name) for name in os.listdir(root)
-                       if (m := re.fullmatch(r"step-(\d+)", name)))
         if keep:
-            for _, name in steps[:-keep]:
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            for _, old in checkpoints.export_steps(root)[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
         self.log(f"SavedModel exported to {path} ({time.monotonic() - start:.1f} s)")
         return path
 

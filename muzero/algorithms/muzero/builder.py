@@ -165,7 +165,7 @@ class MuZeroBuilder(core.Builder):
                 opponent = lambda board, to_play: int(rng.choice(np.flatnonzero(board == EMPTY)))  # noqa: E731
         return evaluate(export_dir, request.episodes, num_envs=request.num_envs, seed=request.seed,
                         env=request.env, env_options=request.env_options, search_config=search_config,
-                        opponent=opponent)
+                        opponent=opponent, make_batch=request.make_batch)
 
 
 def _actor_settings(settings, *, server, envs_per_actor, actor_id, seed, evaluation, client_config,

@@ -140,8 +140,10 @@ def override_search(search_config: Optional[SearchConfig], simulations: Optional
 
 def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
              env: Optional[str] = None, env_options: Optional[dict] = None,
-             search_config: Optional[SearchConfig] = None, opponent=None, log=None) -> dict:
+             search_config: Optional[SearchConfig] = None, opponent=None, log=None,
+             make_batch=None) -> dict:
     """Plays ``episodes`` episodes greedily; returns returns, lengths and their mean.
+    ``make_batch`` makes the envs (default ``envs.make_batch``).
 
     ``opponent`` (two-player games): a callable ``(board, to_play) -> action`` playing
     the other side; the agent plays player 0 in even-numbered envs and player 1 in odd
@@ -170,7 +172,7 @@ def evaluate(export_dir: str, episodes: int, num_envs: int = 8, seed: int = 0,
         raise ValueError(f"env {env!r} gives network inputs {list(expected)} and {descriptor.num_actions} actions; "
                          f"the export takes {list(exported)} and {player.num_actions}: pass the env it was "
                          "trained on")
-    batch = envs.make_batch(env, num_envs, seed=seed, **env_options)
+    batch = (make_batch or envs.make_batch)(env, num_envs, seed=seed, **env_options)
     history = FrameHistory(num_envs, descriptor.observation_shape, stack, descriptor.num_actions) \
         if descriptor.is_image else None
     rng = np.random.default_rng(seed)
