@@ -228,7 +228,8 @@ def tictactoe(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", default="muzero", help="muzero, vtrace or ppo (default muzero)")
+    parser.add_argument("--algo", default="muzero",
+                        help="any registered algorithm: muzero, ppo, r2d2, sac, vtrace (default muzero)")
     parser.add_argument("--env", default="cartpole", help="any env the learner accepts (default cartpole); "
                         "tictactoe is judged against the perfect player instead")
     parser.add_argument("--target", type=float, default=None,

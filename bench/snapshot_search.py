@@ -11,8 +11,8 @@
         from the same states (the same env seed). Prints one line per export, by env steps,
         then mean_<player>= (the mean over exports) as the last lines.
 
-Written to find out whether the few-env-steps preset's greedy snapshots were held back by
-the search or by the model (docs/BENCHMARKS.md).
+It tells whether a run's greedy snapshots are held back by the search or by the model
+(docs/RESULTS.md, "Learning: few_env_steps preset").
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Options (all honoured by both implementations below):
   screen_size           96 (default, as in the MuZero paper) or 84 (DQN); frames are area-resampled.
   max_episode_frames    emulator frames after which the episode is *truncated* (default 108,000).
   vectorized            (batches only) step with ale-py's C++ ``AtariVectorEnv`` (threads) instead of
-                        a Python loop over single envs; see docs/BENCHMARKS.md for the measurements.
+                        a Python loop over single envs (docs/RESULTS.md, "Environments").
 
 Frames are returned one at a time as uint8 ``(screen_size, screen_size, C)``.
 """

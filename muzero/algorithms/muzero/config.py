@@ -36,9 +36,7 @@ class TargetConfig:
     # by an old policy bootstrap sooner from the current value instead of summing more
     # of that policy's rewards: n_b = max(1, td_steps - floor(age_b / this)). 0: every
     # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. CartPole's
-    # few_env_steps preset sets 250: to 20,000 env steps, seeds 0-2 each reached >= 475 with
-    # it, one of them without (1,000 made the cart's drift off the track rarer but not the
-    # returns higher; docs/BENCHMARKS.md).
+    # few_env_steps preset sets 250 (docs/PRESETS.md).
     td_shrink_every_steps: int = 0
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
     # Vector and board envs use 1.
@@ -52,8 +50,8 @@ class TargetConfig:
     # With reanalyse_values: bootstrap from a copy of the trained weights refreshed every
     # this many training steps (a target network, as EfficientZero's refreshed every 200
     # steps and LightZero's every 100) instead of the weights being trained. 0: the
-    # trained weights themselves. With CartPole's few_env_steps preset, 100 made the greedy
-    # snapshots worse on all three seeds (docs/BENCHMARKS.md).
+    # trained weights themselves. 100 makes the few_env_steps preset's snapshots worse on 3 of
+    # 3 seeds (docs/RESULTS.md, "Negative results").
     value_target_update_steps: int = 0
     # Reanalyse (docs/REANALYSE.md): the learner's worker thread re-runs the search on
     # stored positions with the served weights and writes their policy target and root
@@ -176,17 +174,17 @@ class NetworkConfig:
     # (res_connection_in_dynamics), instead of next = normalise(torso(...)): a step of the
     # model starts from "nothing changes", which a few hundred updates cannot yet teach
     # the plain torso. Same variables either way. Image and board envs (the residual conv
-    # torso) refuse it. Within the seeds' spread on CartPole's few_env_steps preset
-    # (docs/BENCHMARKS.md).
+    # torso) refuse it. Within the seeds' spread on CartPole's few_env_steps preset.
     mlp_residual_dynamics: bool = False
     # MLP torso and heads (vector observations): the hidden layers add a bias before their
     # LayerNorm. Without one the representation sees only the direction of the observation
     # vector, not its size (LayerNorm(W o) = LayerNorm(W c o) for c > 0): on CartPole states
     # near the track's edge looked like states halfway there, the values of the last 30
     # steps of episodes that ran off the track were flat at 16-20, and few_env_steps runs
-    # stalled near 200 (docs/NETWORK.md). False rebuilds the networks of runs made before
-    # this setting existed (2026-12-04), to resume their checkpoints. Image and board
-    # networks (conv torsos, bias-free head layers) are the same either way.
+    # stalled near 200 (docs/NETWORK.md). The built-in cartpole sets False (docs/RESULTS.md,
+    # "Why the defaults are what they are"); so do runs made before this setting existed
+    # (2026-12-04), to resume their checkpoints. Image and board networks (conv torsos,
+    # bias-free head layers) are the same either way.
     mlp_bias: bool = True
     # Seed of the initial weights; -1 (the default): the run's --seed. Lets a run keep its
     # actors' and replay's random streams (--seed) while drawing other initial weights, to

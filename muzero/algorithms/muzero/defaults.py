@@ -4,7 +4,9 @@
 ``python -m muzero.learner`` uses unless a flag overrides them. The learner prints
 the resulting settings at start and saves them as ``config.json`` in the log
 directory. Values below were chosen for a 2-core CPU machine; where they differ
-from the MuZero paper or SEED RL the comment says why.
+from the MuZero paper or SEED RL the comment says why, and a value chosen by measurement
+names its comparison in one line; every such comparison is a row of docs/RESULTS.md,
+"Why the defaults are what they are" (WHY below).
 """
 from __future__ import annotations
 
@@ -26,32 +28,19 @@ def _cartpole() -> RunSettings:
     return RunSettings(
         env="cartpole", algo="muzero",
         config=MuZeroConfig(
-            # Gumbel root (--set=search.root_selection=gumbel): value_scale 0.02, not mctx's 0.1.
-            # With two actions the per-node rescaling turns any Q difference into sigma 0 and
-            # (50 + N) x value_scale, so 0.1 made the improved-policy target nearly one-hot on
-            # noise. With 4 simulations, seeds 0-5, 10 minutes: 5 of 6 solved at 0.02 (1.7-7.4
-            # minutes, the sixth at 366) against 4 of 6 at 0.1 (3.6-6.5; 243 and 443).
+            # Gumbel root: value_scale 0.02, not mctx's 0.1, which with two actions turns any Q
+            # difference into a near one-hot target. 5 of 6 seeds solved at 0.02, 4 of 6 at 0.1 (WHY).
             search=SearchConfig(num_simulations=25, discount=discount, temperature=1.0,
                                 temperature_steps=(3_000, 6_000), temperature_factors=(1.0, 0.5, 0.25),
                                 gumbel_value_scale=0.02),
-            # Value targets bootstrap from the trained network (reanalyse_values): with a replay
-            # that keeps the whole run, stored root values can be thousands of steps stale; seed 2
-            # plateaued at ~330 with them and reached 475 at 8.1 minutes with fresh ones.
+            # Value targets bootstrap from the trained network: in a replay that keeps the whole
+            # run stored root values go stale. Seed 2: ~330 with them, 475 at 8.1 min without (WHY).
             targets=TargetConfig(num_unroll_steps=5, td_steps=10, stack_frames=1,
                                  reanalyse_values=True),
-            # Prioritized with EfficientZero's alpha = 0.6, beta = 0.4. With uniform sampling
-            # (alpha = 0) two of nine seed runs stalled at 400-460: every failed greedy
-            # episode ended with the cart drifting out at x = 2.4 while the value still said
-            # ~87 on its last step. States near the edge are a tiny share of a replay full of
-            # balanced poles; their value error puts them into more batches. In three 3-seed
-            # runs all nine seed runs then reached 475, after 2.0-3.5 minutes (fifth pass).
-            # The paper's alpha = beta = 1 stalled early (batch-max-normalised weights shrank
-            # most samples ~1000x; mean return ~25 after 3.8k training steps).
-            # A replay that holds the whole 10-minute run (<= 450k env steps): with 100k steps
-            # (the last ~2.5 minutes) the buffer held only near-perfect episodes once the
-            # policy was good, the values of failing states drifted, and in 3 of 4 measured
-            # runs the evaluation return fell from its peak (446-476) to 220-372 after 6-8
-            # minutes; with 1M steps it held 470-500 (docs/BENCHMARKS.md).
+            # Prioritized with EfficientZero's alpha = 0.6, beta = 0.4: the rare states near the
+            # track's edge get trained. 9 of 9 seed runs at 475, 7 of 9 uniform; 1 / 1 stalls (WHY).
+            # A replay that holds the whole run: with 100k steps the return fell from its peak in
+            # 3 of 4 runs once only near-perfect episodes were left; with 1M it held (WHY).
             replay=ReplayConfig(capacity_steps=1_000_000, segment_length=50, min_steps_to_sample=1_000,
                                 priority_exponent=0.6, importance_sampling_exponent=0.4,
                                 samples_per_insert=8.0, samples_per_insert_tolerance=20_000.0),
@@ -60,36 +49,22 @@ def _cartpole() -> RunSettings:
                                   mlp_hidden_size=64, mlp_num_layers=2, latent_size=64, mlp_bias=False,
                                   head_hidden_size=64),
             # Value loss weight 1 (the paper's 0.25 is for Atari with reanalyse) and 8 samples per
-            # inserted step: in 4-minute runs on 2 cores the greedy evaluation return passed 195
-            # after 1.7 min (1 actor x 64 envs), against 2.2 min with 0.25 and 4.
-            # Cosine decay from 3e-3 to 3e-4 over 20k steps (~10 minutes here), then constant.
-            # No L2 penalty: under Adam its gradient is rescaled to steps of about the learning
-            # rate wherever the loss's own gradient is small, and it shrank whole heads to
-            # constants (docs/NETWORK.md, "Weight decay with Adam"). LunarLander-v3 (every gym: id
-            # starts here) reached 200 in 10.4, 13.3 and 6.2 minutes without it, against 14.1,
-            # 10.8 and 8.6 with 1e-4 beside it (docs/BENCHMARKS.md). MinAtar, Atari and
-            # tic-tac-toe keep 1e-4 until they are measured without it.
-            # No biases in the hidden Dense layers (network.mlp_bias; LayerNorm follows each):
-            # side by side, seeds 0-4, 475 within 5 minutes on 5 of 5 (median 1.68 min) against
-            # 3 of 5 with them (median 4.62); env:gym ids and the few_env_steps preset keep them.
-            # Mirror augmentation (CartPole's negated state with swapped pushes, half of each
-            # batch): without it the greedy policy often stalled for minutes drifting the cart off
-            # one end of the track, its value falling only ~20 steps before the edge. 475 within
-            # 5 minutes on 9 of 10 runs against 3 of 5 (docs/BENCHMARKS.md, "CartPole defaults
-            # side by side").
+            # inserted step: 195 after 1.7 min against 2.2 min with 0.25 and 4.
+            # Cosine decay from 3e-3 to 3e-4 over 20k steps (~10 minutes here), then constant (WHY).
+            # No L2 penalty: under Adam it shrinks whole heads to constants (docs/NETWORK.md,
+            # "Weight decay with Adam"); MinAtar, Atari and tic-tac-toe keep 1e-4, unmeasured (WHY).
+            # No biases in the hidden Dense layers: 475 within 5 min on 10 of 10 runs, median 1.68
+            # min, against 4 of 5 with them; gym: ids and the few_env_steps preset keep them (WHY).
+            # Mirror augmentation (the negated state with swapped pushes, half of each batch): 475
+            # within 5 min on 5 of 5 seeds with it, 3 of 5 without (WHY).
             training=TrainingConfig(batch_size=128, learning_rate=3e-3, lr_schedule="cosine",
                                     lr_decay_steps=20_000, lr_alpha=0.1,
                                     weight_decay=0.0, value_loss_weight=1.0, augment_symmetries=True),
         ),
-        # One acting process with many envs: on 2 cores a second process only adds gRPC
-        # round trips and competes with the trainer. Each simulation is one RPC whatever the
-        # batch, so 128 envs (not 64) halve the RPCs per env step: in 90-second runs the
-        # trainer reached 4,400 steps (54/s, rarely waiting for data) against 2,800-3,600
-        # (waiting ~30% of the time). 20 evaluation envs play the 20 episodes the solve
-        # criterion averages at once, so the evaluation return lags the weights by one
-        # episode, not 2-3 (8 envs). Together, still with uniform sampling, seven of nine
-        # seed runs reached 475 after 2.6-4.7 minutes (the other two plateaued at 430-460),
-        # against 2.8-8.1 minutes with 64 and 8 (docs/BENCHMARKS.md, fourth pass).
+        # One acting process with many envs: on 2 cores a second process only adds gRPC round
+        # trips, and each simulation is one RPC whatever the batch. 128 envs: 4,400 training
+        # steps in 90 s against 2,800-3,600 with 64 (WHY). 20 evaluation envs play the 20
+        # episodes the solve criterion averages at once.
         num_actors=1, envs_per_actor=128, num_eval_actors=1, eval_envs_per_actor=20,
         checkpoint_every_secs=120.0,
     )
@@ -102,9 +77,8 @@ def _tictactoe() -> RunSettings:
     # rest are the most visited move (greedy_after_moves, SEED's play_max_after_moves), so
     # that openings stay varied all run while Monte-Carlo targets score positions under
     # strong play; every sampled position is trained under one of the board's 8
-    # symmetries (augment_symmetries). With both the agent lost 0 of 100 games to the
-    # perfect player after 15 minutes, against 3-9 with a step-keyed temperature decay
-    # and no augmentation (bench/learn.py --env=tictactoe, docs/BENCHMARKS.md).
+    # symmetries (augment_symmetries). With both: 0 losses in 100 games to the perfect
+    # player after 15 minutes in 3 of 3 runs, 9 with neither (WHY).
     return RunSettings(
         env="tictactoe", algo="muzero",
         config=MuZeroConfig(
@@ -145,10 +119,9 @@ def _atari() -> RunSettings:
 
 
 def _gym() -> RunSettings:
-    # Vector observations: the CartPole settings with hidden MLP biases (LunarLander-v3 reached
-    # 200 after a median 8.3 minutes with them, 18.5 without), then fit_to_env sizes the
-    # supports from the env and turns mirror augmentation back on where the env has a mirror. Evaluation actors
-    # stay on (greedy play is what the progress line and the solve criteria report).
+    # Vector observations: the CartPole settings with hidden MLP biases (LunarLander-v3: 200
+    # after a median 8.3 min with them, 18.5 without; WHY); fit_to_env then sizes the supports
+    # and turns mirror augmentation back on where the env has a mirror. Evaluation actors stay on.
     settings = dataclasses.replace(_cartpole(), env="gym")
     return replace_sections(settings, {"training": {"augment_symmetries": False}, "network": {"mlp_bias": True}})
 
@@ -186,11 +159,8 @@ def _minatar(env: str) -> RunSettings:
             # discount 0.99 (< 100) and the tens MinAtar episodes score; rewards up to
             # h^-1(3) ~ 15 cover Seaquest's surfacing bonus (<= 10) plus hits.
             # A small residual torso at the frame's own 10 x 10 resolution: no downsampling
-            # (the Atari stack would shrink 10 x 10 to 1 x 1), 16 channels (the paper's DQN
-            # conv), one block. The trainer is CPU-bound here: in 90- to 150-second Breakout runs
-            # on 2 cores it made 1.9 steps/s (acting ~90 env steps/s) with two 32-channel blocks,
-            # 3.0/s (~130) with one, and 4-5/s (~140) with one 16-channel block; alone, a
-            # batch-128 step takes 0.18 s at 32 channels and 0.10 s at 16.
+            # (the Atari stack would shrink 10 x 10 to 1 x 1), one block of 16 channels (the
+            # paper's DQN conv): 4-5 training steps/s in a Breakout run against 2.2-3.0 at 32 (WHY).
             network=NetworkConfig(value_support=SupportConfig(-10.0, 10.0, 21, True),
                                   reward_support=SupportConfig(-3.0, 3.0, 7, True),
                                   conv_channels=16, conv_num_blocks=1, conv_downsample=False,
@@ -214,8 +184,8 @@ _DEFAULTS = {"cartpole": _cartpole, "tictactoe": _tictactoe, "atari": _atari}
 # -- Presets (--preset=<name>; docs/PRESETS.md) ----------------------------------------------------------
 
 # few_env_steps: learn from as few env steps as possible when steps are expensive (a real
-# robot, a slow simulator), paying in training compute per env step. Measured on CartPole
-# (docs/BENCHMARKS.md): see docs/PRESETS.md for each value's reason.
+# robot, a slow simulator), paying in training compute per env step. Measured on CartPole:
+# docs/PRESETS.md gives each value's reason and the measurement.
 FEW_ENV_STEPS = Preset(
     description="few env steps per unit of learning: 4 envs, segments of 10 steps, 128 samples "
                 "(one batch of 128) per env step, sampling from 200 stored steps, 50 simulations, "
@@ -299,10 +269,9 @@ def fitted_supports(reward_scale: float, discount: float, max_episode_steps, typ
 
 # Discounts the gym: fit chooses between: CartPole's 0.99 (a 100-step horizon) and the MuZero
 # paper's 0.997 (about 333 steps). The shorter one is kept while its horizon spans at least
-# a fifth of the episode step limit (CartPole-v1's 500 steps, Acrobot, MountainCar); longer
-# or unlimited episodes get 0.997. On LunarLander-v3 (1,000 steps) with 0.99 the +100 for
-# landing is worth 0.99^200 = 0.13 of itself 200 steps ahead and the agent learned to hover
-# (docs/BENCHMARKS.md, "LunarLander for 30 minutes").
+# a fifth of the episode step limit; longer or unlimited episodes get 0.997. On LunarLander-v3
+# (1,000 steps) with 0.99 the landing bonus 200 steps ahead is worth 0.13 of itself and the
+# agent hovers (WHY).
 SHORT_DISCOUNT, LONG_DISCOUNT = 0.99, 0.997
 
 
@@ -314,24 +283,16 @@ def fitted_discount(max_episode_steps) -> float:
     return LONG_DISCOUNT
 
 
-# The CartPole acting temperature falls from 1 to 0.25 by training step 6,000, which a 500-step
-# task reaches after about 2 minutes here. Vector tasks with long episodes (those fitted_discount
-# gives LONG_DISCOUNT) act at temperature 1 for the whole run instead. On LunarLander-v3 with the
-# CartPole schedule seed 0 stayed stuck crashing within ~100 steps (greedy -132 at 10 minutes),
-# and with a constant learning rate hovering to the 1,000-step limit (about 0 from minute 5 to
-# 18); at temperature 1 it ended at 160 after 25 minutes (peak 193), and seed 1 passed 200 at
-# 24.6 minutes. Seed 2 gained nothing (79 at 30 minutes, 87 before) (docs/BENCHMARKS.md).
+# The CartPole acting temperature falls from 1 to 0.25 by training step 6,000 (about 2 minutes
+# here). Vector tasks with long episodes (those fitted_discount gives LONG_DISCOUNT) act at
+# temperature 1 for the whole run: on LunarLander-v3 CartPole's schedule leaves it crashing or
+# hovering (WHY).
 _TEMPERATURE_FIELDS = ("temperature", "temperature_steps", "temperature_factors")
 
 # They also train at a constant learning rate of LONG_LEARNING_RATE instead of CartPole's
-# cosine decay from 3e-3 (to 3e-4 over 20,000 steps, which suits a task solved in 2-4 minutes).
-# On LunarLander-v3 at temperature 1, the decay over 20,000 steps left seed 2 near 100 from
-# minute 10; over 75,000 steps seeds 1 and 2 passed 200 at 20.9 and 17.5 minutes, but seed 0
-# spent its first 10-25 minutes crashing in each of three runs (ending at 132, -166 and -75).
-# At a constant 1e-3 seed 0 passed (23.7 minutes) but seed 1 hovered at the step limit for 25
-# minutes; at a constant 2e-3 all three passed in each of two runs, at 14.9-22.0 minutes
-# (docs/BENCHMARKS.md). The replay ratio stays CartPole's 8 although the trainer waits for
-# LunarLander's actors: at 16 it made ~45 % more steps, but only seed 2 of 3 passed 200.
+# cosine decay (which suits a task solved in 2-4 minutes): LunarLander-v3 3 of 3 in each of
+# two runs at 2e-3, 2 of 3 at 1e-3 or a longer cosine decay (WHY). The replay ratio stays 8:
+# 16 makes 35-60 % more training steps but passes 1 of 3 seeds (WHY).
 LONG_LEARNING_RATE = 2e-3
 _LR_FIELDS = ("learning_rate", "lr_schedule", "lr_decay_steps", "lr_alpha")
 
