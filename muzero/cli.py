@@ -24,9 +24,18 @@ def json_object_flag(name: str, text: str) -> dict:
     return value
 
 
+HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def run_main(main: Callable, errors: tuple = (ValueError, OSError)) -> None:
+    """Runs ``main`` under absl; a help flag prints the help and exits 0 (absl's own exit
+    status for it is 1)."""
     try:
         app.run(main)
     except errors as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except SystemExit as e:
+        if e.code == 1 and any(arg in HELP_FLAGS for arg in sys.argv[1:]):
+            sys.exit(0)
+        raise

@@ -1,0 +1,132 @@
+"""Every command the README and docs/ show runs as written: each flag it passes exists in the
+command it is passed to, every ``--set`` names a real config field, every preset and env
+exists, and the README's short commands (``python -c``, ``--help``) run."""
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from e2e_helpers import ROOT
+from e2e_helpers import subprocess_env as _env
+
+README = os.path.join(ROOT, "README.md")
+
+
+def _commands(path: str = README) -> list:
+    """Shell commands of a Markdown page: lines of its ```bash blocks (continuations joined,
+    comments cut) and the commands in backticks of its tables."""
+    text = open(path).read()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s+)#.*$", "", line).strip()
+            if line:
+                found.append(line)
+    for line in text.splitlines():
+        if line.startswith("|"):
+            found += [c for c in re.findall(r"`([^`]+)`", line) if c.startswith(("python ", "NUMBA_NUM_THREADS"))]
+    return found
+
+
+COMMANDS = _commands()
+DOCS = os.path.join(ROOT, "docs")
+DOC_COMMANDS = sorted({c for name in sorted(os.listdir(DOCS)) if name.endswith(".md")
+                       for c in _commands(os.path.join(DOCS, name))} - set(COMMANDS))
+
+
+def test_the_readme_has_commands_to_check():
+    assert COMMANDS[:2] == ["make train", "make test"]
+    assert sum(c.startswith("python -m muzero.learner") for c in COMMANDS) >= 10
+    assert any(c.startswith("python bench/learn.py") for c in COMMANDS)
+
+
+@functools.lru_cache(maxsize=None)
+def _flags_of(program: str) -> frozenset:
+    """Flag names a program accepts, read from its own help (absl's --helpfull, argparse's --help)."""
+    args = ["-m", program, "--helpfull"] if not program.endswith(".py") else [program, "--help"]
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = set(re.findall(r"^\s+--(?:\[no\])?([a-z_]+)", proc.stdout, re.M))
+    names |= set(re.findall(r"--([a-z_]+)", proc.stdout)) if program.endswith(".py") else set()
+    return frozenset(names)
+
+
+def _split(command: str) -> tuple:
+    """(program, [arguments]) of a README command; program is a module, a script or a make target."""
+    words = shlex.split(re.sub(r"^(\w+=\S+\s+)+", "", command))
+    if words[0] == "make":
+        return "make", words[1:]
+    if words[:2] == ["python", "-m"]:
+        return words[2], words[3:]
+    if words[0] == "python":
+        return words[1], words[2:]
+    return words[0], words[1:]
+
+
+def _check_learner_arguments(args: list) -> None:
+    from muzero import algorithms
+    from muzero.config import parse_override
+    from muzero.settings import sections
+    flags = _flags_of("muzero.learner")
+    algo = next((a.split("=", 1)[1] for a in args if a.startswith("--algo=")), algorithms.DEFAULT)
+    builder = algorithms.get(algo)
+    env = next((a.split("=", 1)[1] for a in args if a.startswith("--env=")), "cartpole")
+    config = builder.default_settings(env if not env.startswith("gym:") else "cartpole").config
+    for arg in args:
+        assert arg.startswith("--"), f"{arg!r}: not a flag"
+        name = arg[2:].split("=", 1)[0]
+        if name == "help":
+            continue
+        assert name in flags, f"muzero.learner has no flag --{name}"
+        if name == "set":
+            parse_override(arg.split("=", 1)[1], sections(config))     # raises for an unknown field
+        if name == "preset":
+            assert arg.split("=", 1)[1] in builder.presets
+        if name == "env":
+            import envs
+            value = arg.split("=", 1)[1]
+            assert value in envs.known_names() or value.startswith(("gym:", "minatar:")), value
+
+
+@pytest.mark.parametrize("command", COMMANDS + DOC_COMMANDS)
+def test_every_flag_of_every_command_exists(command):
+    program, args = _split(command)
+    if program == "make":
+        targets = re.findall(r"^([\w-]+):", open(os.path.join(ROOT, "Makefile")).read(), re.M)
+        assert args[0] in targets, f"Makefile has no target {args[0]!r}"
+        return
+    if program == "-c":
+        return      # run by test_the_short_commands_run
+    if program == "pytest":
+        assert all(os.path.exists(os.path.join(ROOT, a)) for a in args if not a.startswith("-"))
+        return
+    if program == "muzero.learner":
+        _check_learner_arguments(args)
+        return
+    if program.startswith("muzero.") or program.endswith(".py"):
+        if program.endswith(".py"):
+            assert os.path.isfile(os.path.join(ROOT, program)), program
+        own, learner = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, [])
+        flags = _flags_of(program)
+        for arg in own:
+            if arg.startswith("--"):
+                assert arg[2:].split("=", 1)[0] in flags, f"{program} has no flag {arg.split('=')[0]}"
+        if learner:
+            _check_learner_arguments(learner)
+        return
+    assert os.path.basename(program) in ("pip", "tensorboard"), f"a command this test does not know: {command}"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("python -c ")
+                                     or c == "python -m muzero.learner --help"])
+def test_the_short_commands_run(command):
+    words = shlex.split(command)
+    proc = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()
