@@ -58,7 +58,7 @@ def main(argv):
     recorder, num_envs = None, FLAGS.num_envs
     if FLAGS.video:
         from envs.video import VideoRecorder
-        recorder = VideoRecorder(FLAGS.video)
+        recorder = VideoRecorder(FLAGS.video, episodes=FLAGS.episodes)
         num_envs = FLAGS.num_envs if FLAGS["num_envs"].present else 1
     builder = algorithms.for_export(export_dir)
     request = core.PlayRequest(episodes=FLAGS.episodes, num_envs=num_envs, seed=FLAGS.seed, env=FLAGS.env,
