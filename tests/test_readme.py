@@ -47,13 +47,13 @@ def test_the_readme_has_commands_to_check():
 @functools.lru_cache(maxsize=None)
 def _flags_of(program: str) -> frozenset:
     """Flag names a program accepts, read from its own help (absl's --helpfull, argparse's --help)."""
-    args = ["-m", program, "--helpfull"] if not program.endswith(".py") else [program, "--help"]
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=120)
+    run = [sys.executable, program] if program.endswith(".py") else [sys.executable, "-m", program]
+    proc = subprocess.run([*run, "--helpfull"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:       # absl: one "  --name: help" line per flag
+        return frozenset(re.findall(r"^\s+--(?:\[no\])?([a-z_]+)", proc.stdout, re.M))
+    proc = subprocess.run([*run, "--help"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    names = set(re.findall(r"^\s+--(?:\[no\])?([a-z_]+)", proc.stdout, re.M))
-    names |= set(re.findall(r"--([a-z_]+)", proc.stdout)) if program.endswith(".py") else set()
-    return frozenset(names)
+    return frozenset(re.findall(r"--([a-z_]+)", proc.stdout))     # argparse
 
 
 def _split(command: str) -> tuple:
