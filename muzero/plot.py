@@ -19,11 +19,6 @@ import sys
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("logdir", None, "Run directories (comma-separated) holding metrics.jsonl.")
-flags.DEFINE_string("out", None, "Output PNG (default <first logdir>/curves.png).")
-flags.DEFINE_string("title", None, "Figure title (default: the logdir names).")
-flags.DEFINE_boolean("compare", False, "Compare the run directories given after the flags (and any --logdir): "
-                     "returns by env steps and by wall time, one colour per run, to <common folder>/compare.png.")
 
 
 def read_metrics(logdir: str) -> list:
@@ -152,8 +147,19 @@ def main(argv):
     print(plot(logdirs, out, FLAGS.title))
 
 
+def define_flags() -> None:
+    """The command line's flags, defined when it runs (importing the module for its functions
+    defines none, so it can sit beside another command line's flags)."""
+    flags.DEFINE_list("logdir", None, "Run directories (comma-separated) holding metrics.jsonl.")
+    flags.DEFINE_string("out", None, "Output PNG (default <first logdir>/curves.png).")
+    flags.DEFINE_string("title", None, "Figure title (default: the logdir names).")
+    flags.DEFINE_boolean("compare", False, "Compare the run directories given after the flags (and any --logdir): "
+                         "returns by env steps and by wall time, one colour per run, to <common folder>/compare.png.")
+
+
 def run():
     from muzero.cli import run_main
+    define_flags()
     run_main(main)
 
 
