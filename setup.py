@@ -45,10 +45,12 @@ setup(
     packages=find_packages(include=["muzero", "muzero.*", "envs", "envs.*"]),
     install_requires=install_requires,
     extras_require={
-        # ray, minatar and the video extra are here so that `make test` covers the Ray
-        # launcher, the MinAtar envs and MP4 recording (their tests skip without them).
+        # ray, minatar and the video and offline extras are here so that `make test` covers the
+        # Ray launcher, the MinAtar envs, MP4 recording and datasets (their tests skip without them).
         "dev": ["pytest>=8", "hypothesis>=6.100", "ray>=2.30", "minatar>=1.0.15", "imageio-ffmpeg>=0.5",
-                "pygame>=2.1"],
+                "pygame>=2.1", "minari[hdf5]>=0.5"],
+        # Recorded experience in Minari's format (python -m muzero.record, --dataset).
+        "offline": ["minari[hdf5]>=0.5"],
         # python -m muzero.eval --video=<file>.mp4 (imageio-ffmpeg ships its own ffmpeg binary),
         # and Gymnasium's rgb_array render of classic-control and Box2D envs (pygame).
         "video": ["imageio-ffmpeg>=0.5", "pygame>=2.1"],

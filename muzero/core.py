@@ -128,6 +128,8 @@ class Learner(abc.ABC):
     # After ``init_from``: what it restored, skipped and left new (an object with
     # ``lines()``), or None; the run loop prints its lines.
     init_summary: Any = None
+    # Lines the run loop prints once the learner is built (what it loaded, say).
+    start_notes: tuple = ()
 
     @abc.abstractmethod
     def step(self) -> Optional[dict]:

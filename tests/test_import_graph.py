@@ -22,7 +22,7 @@ ALGORITHMS = sorted(d for d in os.listdir(os.path.join(PACKAGE, "algorithms"))
 KITS = ("muzero.config", "muzero.observation", "muzero.cli", "muzero.distribute", "muzero.process",
         "muzero.settings", "muzero.checkpoints", "muzero.core", "muzero.mcts", "muzero.replay",
         "muzero.network", "muzero.rpc")
-APPS = ("muzero.learner", "muzero.launch", "muzero.actor", "muzero.eval")
+APPS = ("muzero.learner", "muzero.launch", "muzero.actor", "muzero.eval", "muzero.record")
 UPPER = ("muzero.algorithms",) + APPS + ("muzero.warmup", "muzero.plot")
 
 

@@ -127,7 +127,7 @@ def test_preset_sits_over_the_defaults_and_under_the_users_flags():
 def test_unknown_preset_names_the_known_ones():
     from muzero.learner.__main__ import UsageError
     with pytest.raises(UsageError, match=r"--preset='fast' is not a preset of --algo=muzero \(its presets: "
-                                         r"few_env_steps\)"):
+                                         r"few_env_steps, offline\)"):
         _cli_settings(["--env=cartpole", "--preset=fast"])
     with pytest.raises(UsageError, match=r"not a preset of --algo=ppo \(its presets: none\)"):
         _cli_settings(["--algo=ppo", "--env=cartpole", "--preset=few_env_steps"])

@@ -180,6 +180,8 @@ class Run:
         candidates = checkpoints.checkpoints_newest_first(self.logdir)
         self.learner = self.builder.make_learner(s, self.descriptor, self.context)
         self.context.training_step = lambda: self.learner.training_step
+        for note in self.learner.start_notes:
+            self.log(note)
         if candidates:
             ckpt = self._restore_newest_intact(candidates)
             self.resumed_from = ckpt
@@ -395,9 +397,11 @@ class Run:
         alive = self.actors.alive() if self.actors is not None else 0
         data = " | ".join(f"{k.replace('_steps', '')} {v:.0f}" for k, v in extra.items() if k.endswith("_steps")
                           or k.endswith("_unrolls"))
+        def returned(x: float) -> str:   # "-" until an episode of that kind has ended
+            return f"{x:.1f}" if np.isfinite(x) else "-"
         self.log(f"[{format_duration(elapsed)}] step {self.training_step} ({step_rate:.1f}/s) | "
-                 f"env steps {self.env_steps} ({env_rate:.0f}/s) | return train {train_ret:.1f} "
-                 f"eval {eval_ret:.1f} | " + (f"{data} | " if data else "") +
+                 f"env steps {self.env_steps} ({env_rate:.0f}/s) | return train {returned(train_ret)} "
+                 f"eval {returned(eval_ret)} | " + (f"{data} | " if data else "") +
                  f"loss {metrics.get('loss/total', float('nan')):.3f} | actors {alive} | "
                  f"ETA {self._eta(elapsed, env_rate, step_rate)}")
         return record

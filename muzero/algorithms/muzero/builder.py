@@ -29,6 +29,10 @@ class MuZeroBuilder(core.Builder):
                       "trains only the representation and the pretrain head on two augmented views of replay "
                       "observations (pretrain.objective ntxent or simsiam); no export at the end. Fine-tune "
                       "with --init_checkpoint=<its logdir>. docs/PRETRAINING.md"),
+        core.Shortcut("dataset", "replay", "dataset", "string",
+                      "recorded episodes (a Minari dataset id in the Minari root, or a folder; python -m "
+                      "muzero.record makes them) put into the replay at the start; with --preset=offline the "
+                      "run trains on them alone, without training actors. docs/PRETRAINING.md"),
     )
 
     def default_settings(self, env: str):

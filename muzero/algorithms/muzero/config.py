@@ -117,8 +117,14 @@ class ReplayConfig:
     samples_per_insert: float = 0.0
     # Allowed slack of the rate limiter, in samples, before a side blocks.
     samples_per_insert_tolerance: float = 10_000.0
+    # Recorded episodes (a Minari dataset: an id in the Minari root or a folder; --dataset)
+    # put into the replay when a run starts, beside what the actors push; with no training
+    # actors (--preset=offline) the run trains on them alone. docs/PRETRAINING.md.
+    dataset: str = ""
 
     def __post_init__(self):
+        if not isinstance(self.dataset, str):
+            _fail("ReplayConfig", "dataset", self.dataset, "must be a string (a Minari dataset id or folder)")
         check_int(self, "capacity_steps", 1)
         check_int(self, "segment_length", 1, 100_000)
         check_float(self, "priority_exponent", 0.0, 10.0)

@@ -202,7 +202,21 @@ FEW_ENV_STEPS = Preset(
     top={"envs_per_actor": 4},
 )
 
-PRESETS = {"few_env_steps": FEW_ENV_STEPS}
+# offline: train on recorded episodes alone (--dataset; MuZero Unplugged's setting): no
+# training actors, so no env steps; the evaluation actors play the current network. Half of
+# each batch comes from positions the reanalyse worker has searched again with the current
+# weights (policy targets better than the recorded actions), the rest from the recorded
+# actions' one-hot targets; value targets bootstrap from the current network where the
+# env's defaults say so. docs/PRETRAINING.md, "Offline".
+OFFLINE = Preset(
+    description="train on a recorded dataset (--dataset) alone: no training actors, no replay ratio, "
+                "half of each batch reanalysed by the current network's search",
+    sections={"replay": {"samples_per_insert": 0.0},
+              "targets": {"reanalyse_fraction": 0.5}},
+    top={"num_actors": 0},
+)
+
+PRESETS = {"few_env_steps": FEW_ENV_STEPS, "offline": OFFLINE}
 
 
 def run_defaults(env: str) -> RunSettings:

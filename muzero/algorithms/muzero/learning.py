@@ -288,6 +288,38 @@ class MuZeroLearner(core.Learner):
         self._values_fn = self.trainer.bootstrap_values if self.config.targets.reanalyse_values else None
         self.reanalyse = None   # ReanalyseWorker, started by step() once a service is attached
         self._service = None
+        if self.config.replay.dataset:
+            self.start_notes = (self._load_dataset(self.config.replay.dataset),)
+
+    def _load_dataset(self, ref: str) -> str:
+        """Puts the recorded episodes of ``ref`` into the replay (outside the rate limiter's
+        count); returns a line saying what was loaded. ConfigError for a dataset of another
+        env or one that cannot start an actor-less run."""
+        from muzero import dataset
+        from muzero.algorithms.muzero.replay import dataset_segments
+        name = f"--dataset={ref!r}"
+        if self.descriptor.two_player:
+            raise ConfigError(f"{name}: recorded episodes of two-player games are not supported (no player to move "
+                              "is recorded)")
+        try:
+            data = dataset.open_dataset(ref)
+            dataset.check_matches(data, self.descriptor, self.settings.env, ref=name)
+            episodes = list(dataset.read_episodes(data))
+            steps = self.replay.insert_many(dataset_segments(episodes, self.descriptor.num_actions), limited=False)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        replay = self.config.replay
+        if self.settings.num_actors == 0 and steps < replay.min_steps_to_sample:
+            raise ConfigError(f"{name} holds {steps} steps, fewer than replay.min_steps_to_sample="
+                              f"{replay.min_steps_to_sample}, and no training actor adds more: record more "
+                              "episodes or lower replay.min_steps_to_sample")
+        if self.settings.num_actors == 0 and replay.samples_per_insert > 0:
+            raise ConfigError(f"{name} with no training actors needs replay.samples_per_insert=0 (no replay ratio "
+                              "to keep: nothing is inserted); --preset=offline sets it")
+        returns = [float(np.sum(e.rewards)) for e in episodes]
+        kept = min(steps, replay.capacity_steps)
+        return (f"dataset {ref}: {len(episodes)} episodes, {steps} steps (mean return {np.mean(returns):.1f}) in the "
+                f"replay" + ("" if kept == steps else f"; the replay keeps its newest {kept}"))
 
     def attach_service(self, service) -> None:
         """The bound inference service the reanalyse worker searches through."""

@@ -132,24 +132,28 @@ class Replay:
         """
         self.insert_many([segment], timeout)
 
-    def insert_many(self, segments: list, timeout: Optional[float] = None) -> int:
+    def insert_many(self, segments: list, timeout: Optional[float] = None, limited: bool = True) -> int:
         """Stores several segments all or nothing; returns the env steps stored.
 
         Every segment is validated and the episode chains are checked before anything is
         stored, so a ValueError (naming the bad field) leaves the replay unchanged. The
         rate limiter is consulted once for the whole group: it may overshoot its target by
         one push, never split one. TimeoutError / ReplayClosedError also store nothing.
+        ``limited=False`` (recorded episodes) neither waits for the limiter nor counts as
+        inserted for it: the replay ratio is a ratio to what the actors push.
         """
         segs = [validate_segment(seg, self.descriptor, self._store.capacity) for seg in segments]
         if not segs:
             return 0
         steps = sum(seg["observations"].shape[0] for seg in segs)
         with self._cond:
-            self._wait_for(lambda: not self._limiting or self._limiter.can_insert(), timeout, "insert segments")
+            if limited:
+                self._wait_for(lambda: not self._limiting or self._limiter.can_insert(), timeout, "insert segments")
             self._store.check_chain(segs)
             for seg in segs:
                 self._store.insert(seg)
-            self._limiter.record_insert(steps)
+            if limited:
+                self._limiter.record_insert(steps)
             self._cond.notify_all()
         return steps
 
@@ -484,3 +488,28 @@ def compile_kernels() -> None:
                        truncated=np.bool_(False)))
     batch = replay.sample(2)
     replay.update_priorities(batch["index"], np.ones(2, np.float32))
+
+
+# Episode ids of recorded episodes count down from here, far from the ids actors give theirs.
+DATASET_EPISODE_ID_BASE = -(2**62)
+
+
+def dataset_segments(episodes, num_actions: int) -> list:
+    """Replay segments of recorded episodes (``muzero.dataset.Episode``): one segment per
+    episode holding its first T observations (the last one, which no step is taken from,
+    is dropped), actions, rewards and how it ended. A recording has no search: each step's
+    policy target is the recorded action (one-hot) and its root value 0 until reanalyse
+    rewrites them, and value targets bootstrap from those zeros unless
+    ``targets.reanalyse_values`` takes the network's values."""
+    segments = []
+    for k, episode in enumerate(episodes):
+        t = episode.num_steps
+        actions = np.asarray(episode.actions).astype(np.int32).reshape(t)
+        policies = np.zeros((t, num_actions), np.float32)
+        policies[np.arange(t), actions] = 1.0
+        segments.append(dict(episode_id=np.int64(DATASET_EPISODE_ID_BASE - k), start=np.int64(0),
+                             observations=np.asarray(episode.observations[:t]), actions=actions,
+                             rewards=np.asarray(episode.rewards, np.float32), root_values=np.zeros(t, np.float32),
+                             policies=policies, to_play=np.zeros(t, np.int8),
+                             terminated=np.bool_(episode.terminated), truncated=np.bool_(episode.truncated)))
+    return segments

@@ -1,0 +1,94 @@
+"""Offline pretraining on a recorded dataset, then fine-tuning, against training from scratch.
+
+    python bench/offline_finetune.py --env=cartpole --export_dir=runs/weak --episodes=50 --epsilon=0.25 \\
+        --offline_steps=3000 --seeds=3 --minutes=6 --target=475 [--root=runs/bench/offline]
+
+1. **dataset**: ``python -m muzero.record`` plays ``--export_dir`` (a policy weaker than the
+   target) for ``--episodes`` episodes with ``--epsilon`` random moves into a Minari
+   dataset under ``<root>/minari``; its mean return is the dataset's.
+2. **offline**: ``python -m muzero.learner --dataset=<it> --preset=offline
+   --max_train_steps=<offline_steps>`` (no env steps); its export is played for 20 greedy
+   episodes: ``offline_return``.
+3. per seed, **scratch**: the env's defaults until the evaluation mean reaches ``--target``
+   (at most ``--minutes``), and **fine-tune**: the same command with
+   ``--init_checkpoint=<the offline run> --dataset=<it>``. Each reports the env steps at
+   which its evaluation mean first reached the target.
+
+Last lines: ``dataset_return=``, ``offline_return=``, per seed ``scratch_env_steps=``,
+``finetune_env_steps=``, ``ratio=``, then ``median_ratio=`` and ``goal_seeds=<k>/<n>`` (seeds
+whose ratio is <= ``--goal_ratio``, default 0.3). Run it alone on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from learn import ROOT, reached, records, train  # noqa: E402
+
+
+def _run(module: str, args: list, env: dict) -> str:
+    cmd = [sys.executable, "-m", module, *args]
+    print("$", " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{module} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def _mean_return(stdout: str) -> float:
+    return float(re.findall(r"mean_return=([-\d.]+)", stdout)[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="cartpole")
+    parser.add_argument("--export_dir", required=True, help="the (weaker) policy that plays the dataset")
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--epsilon", type=float, default=0.25)
+    parser.add_argument("--offline_steps", type=int, default=3000)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first_seed", type=int, default=0)
+    parser.add_argument("--minutes", type=float, default=6.0)
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--goal_ratio", type=float, default=0.3)
+    parser.add_argument("--root", default=os.path.join("runs", "bench", "offline"))
+    args = parser.parse_args()
+    root = os.path.abspath(args.root)
+    shutil.rmtree(root, ignore_errors=True)
+    env = dict(os.environ, MINARI_DATASETS_PATH=os.path.join(root, "minari"), TF_CPP_MIN_LOG_LEVEL="2")
+    os.environ["MINARI_DATASETS_PATH"] = env["MINARI_DATASETS_PATH"]   # for the learner runs below
+    dataset_id = "bench/recorded-v0"
+    out = _run("muzero.record", [f"--export_dir={args.export_dir}", f"--episodes={args.episodes}",
+                                 f"--epsilon={args.epsilon}", f"--out={dataset_id}"], env)
+    dataset_return = _mean_return(out)
+    print(out.strip().splitlines()[-1], flush=True)
+    offline = os.path.join(root, "offline")
+    _run("muzero.learner", [f"--env={args.env}", f"--dataset={dataset_id}", "--preset=offline",
+                            f"--max_train_steps={args.offline_steps}", f"--logdir={offline}"], env)
+    offline_return = _mean_return(_run("muzero.eval", [f"--export_dir={offline}", "--episodes=20"], env))
+    print(f"dataset_return={dataset_return:.1f} offline_return={offline_return:.1f}", flush=True)
+    ratios = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        scratch, finetune = (os.path.join(root, f"{name}_seed{seed}") for name in ("scratch", "finetune"))
+        train(args.env, scratch, seed, args.minutes, [], stop_at=args.target)
+        train(args.env, finetune, seed, args.minutes, [f"--init_checkpoint={offline}", f"--dataset={dataset_id}"],
+              stop_at=args.target)
+        s_steps, f_steps = reached(records(scratch), args.target)[1], reached(records(finetune), args.target)[1]
+        ratio = f_steps / s_steps if s_steps < float("inf") else float("nan")
+        ratios.append(ratio)
+        print(f"seed={seed} scratch_env_steps={s_steps} finetune_env_steps={f_steps} ratio={ratio:.3f}", flush=True)
+    print(f"dataset_return={dataset_return:.1f}")
+    print(f"offline_return={offline_return:.1f}")
+    print(f"median_ratio={statistics.median(ratios):.3f}")
+    print(f"goal_seeds={sum(r <= args.goal_ratio for r in ratios)}/{len(ratios)}")
+
+
+if __name__ == "__main__":
+    main()

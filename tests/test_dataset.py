@@ -1,0 +1,138 @@
+"""Recorded experience (``muzero.dataset``): the Minari round trip, the space checks, the
+collector, and the targets a MuZero replay builds from a hand-made two-episode dataset."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("minari")
+
+import envs  # noqa: E402
+from muzero import dataset  # noqa: E402
+from muzero.dataset import Episode  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def minari_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    return tmp_path / "minari"
+
+
+def _vector_episodes():
+    rng = np.random.default_rng(0)
+    return [Episode(observations=rng.normal(size=(4, 4)).astype(np.float32), actions=np.array([0, 1, 1]),
+                    rewards=np.array([1.0, 1.0, 1.0], np.float32), terminated=True, truncated=False),
+            Episode(observations=rng.normal(size=(3, 4)).astype(np.float32), actions=np.array([1, 0]),
+                    rewards=np.array([1.0, 1.0], np.float32), terminated=False, truncated=True)]
+
+
+def test_round_trip_keeps_every_field_and_how_episodes_ended(minari_root):
+    cartpole = envs.describe("cartpole")
+    written = _vector_episodes()
+    path = dataset.write_dataset("test/cartpole-v0", written, cartpole, env="cartpole", algorithm="muzero")
+    assert path == str(minari_root / "test" / "cartpole-v0")
+    for ref in ("test/cartpole-v0", path):        # by id in the root, or by folder
+        data = dataset.open_dataset(ref)
+        dataset.check_matches(data, cartpole, "cartpole")
+        assert dataset.dataset_env(data) == {"env": "cartpole", "env_options": {}}
+        read = list(dataset.read_episodes(data))
+        assert len(read) == 2
+        for a, b in zip(written, read):
+            np.testing.assert_array_equal(a.observations, b.observations)
+            np.testing.assert_array_equal(a.actions, b.actions)
+            np.testing.assert_array_equal(a.rewards, b.rewards)
+            assert (a.terminated, a.truncated) == (b.terminated, b.truncated)
+    with pytest.raises(ValueError, match="already exists|exists"):
+        dataset.write_dataset("test/cartpole-v0", written, cartpole, env="cartpole")
+
+
+def test_image_frames_round_trip_as_uint8():
+    descriptor = envs.EnvDescriptor("frames", (5, 5, 2), "uint8", 3, kind="image", frame_layout="HWC")
+    frames = np.arange(4 * 50, dtype=np.uint8).reshape(4, 5, 5, 2)
+    episode = Episode(observations=frames, actions=np.array([2, 0, 1]), rewards=np.array([0.0, 1.0, 0.0], np.float32),
+                      terminated=True, truncated=False)
+    dataset.write_dataset("frames-v0", [episode], descriptor, env="frames")
+    (read,) = dataset.read_episodes(dataset.open_dataset("frames-v0"))
+    assert read.observations.dtype == np.uint8
+    np.testing.assert_array_equal(read.observations, frames)
+
+
+def test_a_dataset_of_another_env_is_refused_in_one_line():
+    dataset.write_dataset("test/cp-v0", _vector_episodes(), envs.describe("cartpole"), env="cartpole")
+    data = dataset.open_dataset("test/cp-v0")
+    with pytest.raises(ValueError, match=r"^--dataset='test/cp-v0' holds observations Box\(4,\) float32 and actions "
+                                         r"Discrete\(2\); env 'tictactoe' has observations Box\(3, 3, 3\) uint8 and "
+                                         r"actions Discrete\(9\)$"):
+        dataset.check_matches(data, envs.describe("tictactoe"), "tictactoe", ref="--dataset='test/cp-v0'")
+    stateless = envs.describe("cartpole", observe_velocity=False)
+    with pytest.raises(ValueError, match=r"observations Box\(4,\) float32 .* env 'cartpole' has observations Box\(2,\)"):
+        dataset.check_matches(data, stateless, "cartpole")
+    same_spaces = dataclasses.replace(envs.describe("cartpole"), name="other")
+    with pytest.raises(ValueError, match="was recorded in env 'cartpole', not 'other'"):
+        dataset.check_matches(data, same_spaces, "other")
+    with pytest.raises(ValueError, match=r"--dataset='nope-v0' is neither a folder nor a dataset in the Minari root "
+                                         r".*local datasets: test/cp-v0"):
+        dataset.open_dataset("nope-v0")
+
+
+def test_the_collector_records_what_the_envs_were_stepped_with():
+    # Always pushing right: CartPole terminates within a few dozen steps, the pole past 12
+    # degrees (0.2094 rad) or the cart past 2.4 in the last observation, before the reset.
+    collector = dataset.EpisodeCollector(epsilon=0.0, seed=1)
+    batch = collector.make_batch("cartpole", 2, seed=3)
+    batch.reset()
+    while len(collector.episodes) < 4:
+        batch.step(np.ones(2, np.int64))
+    for e in collector.episodes:
+        assert e.terminated and not e.truncated and np.all(e.actions == 1) and np.all(e.rewards == 1.0)
+        assert len(e.observations) == e.num_steps + 1
+        last = e.observations[-1]
+        assert abs(last[2]) > 0.2094 or abs(last[0]) > 2.4
+        assert np.all(np.abs(e.observations[:-1, 2]) <= 0.2094)
+    # epsilon 1: every move is random, so both actions appear.
+    collector = dataset.EpisodeCollector(epsilon=1.0, seed=1)
+    batch = collector.make_batch("cartpole", 2, seed=3)
+    batch.reset()
+    for _ in range(30):
+        batch.step(np.ones(2, np.int64))
+    assert collector.random_actions == collector.steps == 60
+    with pytest.raises(ValueError, match="two-player game"):
+        dataset.EpisodeCollector().make_batch("tictactoe", 1)
+    with pytest.raises(ValueError, match=r"--epsilon=1.5 must be a number in \[0, 1\]"):
+        dataset.EpisodeCollector(epsilon=1.5)
+
+
+def test_replay_targets_of_a_hand_made_two_episode_dataset():
+    # Episode 0: rewards 1, 2, 3, terminated; episode 1: rewards 4, 5, truncated. Discount 0.5,
+    # n = 2, K = 1, root values 0 (a recording has no search). Value targets by hand:
+    #   ep 0: t0: 1 + .5*2 = 2; t1: 2 + .5*3 = 3.5; t2: 3 (nothing after the terminal step)
+    #   ep 1 (truncated: the observation after its last step is not stored, so the window
+    #   stops at the last stored step and bootstraps from its root value, 0):
+    #         t0: 4 + .5*0 = 4; t1: its own root value, 0
+    # and each policy target is the recorded action, one-hot.
+    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+    from muzero.algorithms.muzero.replay import Replay, dataset_segments
+    cartpole = envs.describe("cartpole")
+    obs = np.zeros((4, 4), np.float32)
+    episodes = [Episode(obs, np.array([0, 1, 0]), np.array([1.0, 2.0, 3.0], np.float32), True, False),
+                Episode(obs[:3] + 1, np.array([1, 1]), np.array([4.0, 5.0], np.float32), False, True)]
+    replay = Replay(cartpole, ReplayConfig(capacity_steps=64, min_steps_to_sample=1, samples_per_insert=8.0,
+                                           samples_per_insert_tolerance=4.0),
+                    TargetConfig(num_unroll_steps=1, td_steps=2, stack_frames=1), seed=0, discount=0.5)
+    assert replay.insert_many(dataset_segments(episodes, 2), limited=False) == 5
+    assert replay.num_steps == 5
+    # Recorded steps are not actor inserts: a replay ratio waits for the actors' (8 x (0 - 1) + 4 < 1).
+    assert not replay.can_sample(1)
+    replay = Replay(cartpole, ReplayConfig(capacity_steps=64, min_steps_to_sample=1), TargetConfig(
+        num_unroll_steps=1, td_steps=2, stack_frames=1), seed=0, discount=0.5)
+    replay.insert_many(dataset_segments(episodes, 2), limited=False)
+    expected = {0: (2.0, 0), 1: (3.5, 1), 2: (3.0, 0), 3: (4.0, 1), 4: (0.0, 1)}
+    seen = {}
+    for _ in range(40):
+        batch = replay.sample(5)
+        for row, index in enumerate(batch["index"]):
+            seen[int(index)] = (float(batch["target_value"][row, 0]), batch["target_policy"][row, 0].tolist())
+    assert set(seen) == set(expected)
+    for index, (value, action) in expected.items():
+        assert seen[index][0] == pytest.approx(value)
+        assert seen[index][1] == [1.0 - action, float(action)]
