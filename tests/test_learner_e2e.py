@@ -3,6 +3,7 @@
 These run the real command in subprocesses (the learner, its server and spawned actor
 processes), with short time budgets.
 """
+import importlib.util
 import json
 import os
 import signal
@@ -141,6 +142,29 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
     from PIL import Image
     with Image.open(video) as gif:
         assert gif.size == (360, 216)
+
+    # The export's play recorded as a dataset, then a run that trains on it alone: no env
+    # steps, the recorded steps in its replay, training steps taken.
+    if importlib.util.find_spec("minari") is not None:
+        os.environ["MINARI_DATASETS_PATH"] = str(tmp_path / "minari")
+        try:
+            recorded = _run("muzero.record", [f"--export_dir={logdir}", "--episodes=3", "--epsilon=0.5",
+                                              "--num_envs=3", "--simulations=8", "--out=test/cartpole-v0"], timeout=120)
+            assert recorded.returncode == 0, recorded.stderr[-2000:]
+            summary = dict(item.split("=", 1) for item in recorded.stdout.strip().splitlines()[-1].split())
+            assert summary["episodes"] == "3" and 0.3 < float(summary["random_moves"]) < 0.7
+            steps = int(summary["steps"])
+            offline = str(tmp_path / "offline")
+            proc = _learner([f"--logdir={offline}", "--env=cartpole", "--dataset=test/cartpole-v0", "--preset=offline",
+                             "--num_eval_actors=0", "--max_train_steps=5", "--export=false",
+                             f"--set=replay.min_steps_to_sample={min(steps, 100)}", "--set=training.batch_size=16"])
+            out, _ = proc.communicate(timeout=150)
+            assert proc.returncode == 0, out[-3000:]
+            assert f"dataset test/cartpole-v0: 3 episodes, {steps} steps" in out
+            final = _records(offline)[-1]
+            assert final["env_steps"] == 0 and final["replay_steps"] == steps and final["training_step"] >= 5
+        finally:
+            del os.environ["MINARI_DATASETS_PATH"]
 
     # The same command again resumes: the step continues and the replay comes back.
     # --max_seconds bounds the whole run across resumes: 47 leaves ~12 s for this session.
