@@ -11,8 +11,13 @@
    episodes: ``offline_return``.
 3. per seed, **scratch**: the env's defaults until the evaluation mean reaches ``--target``
    (at most ``--minutes``), and **fine-tune**: the same command with
-   ``--init_checkpoint=<the offline run> --dataset=<it>``. Each reports the env steps at
-   which its evaluation mean first reached the target.
+   ``--init_checkpoint=<the offline run> --dataset=<it> --set=targets.reanalyse_fraction=0.5``
+   (the recorded actions are a weaker policy's: without reanalysis their one-hot targets pull
+   the policy back toward it). Both export a snapshot every ``--snapshot_every_env_steps``
+   env steps; each snapshot plays 10 greedy episodes afterwards, and a run's figure is the
+   env steps of its first snapshot whose mean reaches the target. (The live evaluation
+   actor cannot time this: for a policy that already plays 500-step episodes, its first
+   20-episode mean arrives only after tens of thousands of training env steps.)
 
 Last lines: ``dataset_return=``, ``offline_return=``, per seed ``scratch_env_steps=``,
 ``finetune_env_steps=``, ``ratio=``, then ``median_ratio=`` and ``goal_seeds=<k>/<n>`` (seeds
@@ -30,7 +35,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learn import ROOT, reached, records, train  # noqa: E402
+from learn import ROOT, first_snapshot, snapshot_returns, train  # noqa: E402
 
 
 def _run(module: str, args: list, env: dict) -> str:
@@ -58,6 +63,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=6.0)
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--goal_ratio", type=float, default=0.3)
+    parser.add_argument("--snapshot_every_env_steps", type=int, default=5000)
     parser.add_argument("--root", default=os.path.join("runs", "bench", "offline"))
     args = parser.parse_args()
     root = os.path.abspath(args.root)
@@ -75,12 +81,18 @@ def main() -> None:
     offline_return = _mean_return(_run("muzero.eval", [f"--export_dir={offline}", "--episodes=20"], env))
     print(f"dataset_return={dataset_return:.1f} offline_return={offline_return:.1f}", flush=True)
     ratios = []
+    snapshots = [f"--export_every_env_steps={args.snapshot_every_env_steps}", "--keep_exports=0"]
+    finetune_flags = [f"--init_checkpoint={offline}", f"--dataset={dataset_id}", "--set=targets.reanalyse_fraction=0.5"]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        scratch, finetune = (os.path.join(root, f"{name}_seed{seed}") for name in ("scratch", "finetune"))
-        train(args.env, scratch, seed, args.minutes, [], stop_at=args.target)
-        train(args.env, finetune, seed, args.minutes, [f"--init_checkpoint={offline}", f"--dataset={dataset_id}"],
-              stop_at=args.target)
-        s_steps, f_steps = reached(records(scratch), args.target)[1], reached(records(finetune), args.target)[1]
+        steps = {}
+        for name, extra in (("scratch", []), ("finetune", finetune_flags)):
+            logdir = os.path.join(root, f"{name}_seed{seed}")
+            train(args.env, logdir, seed, args.minutes, extra + snapshots, stop_at=args.target)
+            played = snapshot_returns(logdir, episodes=10, seed=seed)
+            print(f"seed={seed} {name} snapshots (env steps, return): "
+                  + " ".join(f"{n}:{r:.0f}" for n, _, r in played), flush=True)
+            steps[name] = first_snapshot(played, args.target)
+        s_steps, f_steps = steps["scratch"], steps["finetune"]
         ratio = f_steps / s_steps if s_steps < float("inf") else float("nan")
         ratios.append(ratio)
         print(f"seed={seed} scratch_env_steps={s_steps} finetune_env_steps={f_steps} ratio={ratio:.3f}", flush=True)

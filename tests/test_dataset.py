@@ -136,3 +136,41 @@ def test_replay_targets_of_a_hand_made_two_episode_dataset():
     for index, (value, action) in expected.items():
         assert seen[index][0] == pytest.approx(value)
         assert seen[index][1] == [1.0 - action, float(action)]
+
+
+def test_a_dataset_in_a_run_with_actors_gets_reanalysed_targets_unless_the_user_says():
+    from muzero import algorithms
+    builder = algorithms.get("muzero")
+    settings = builder.default_settings("cartpole")
+    cartpole = envs.describe("cartpole")
+    fitted, notes = builder.fit_to_env(settings, cartpole, {"replay": {"dataset": "x-v0"}})
+    assert fitted.config.targets.reanalyse_fraction == 0.5
+    assert any(n.startswith("targets.reanalyse_fraction=0.5: the recorded episodes") for n in notes)
+    mine, _ = builder.fit_to_env(settings, cartpole, {"replay": {"dataset": "x-v0"},
+                                                      "targets": {"reanalyse_fraction": 0.0}})
+    assert mine.config.targets.reanalyse_fraction == 0.0     # the user's choice (applied after the fit) stands
+    plain, notes = builder.fit_to_env(settings, cartpole, {})
+    assert plain.config.targets.reanalyse_fraction == 0.0 and not notes
+
+
+def test_recorded_actions_mix_into_the_policy_targets_of_recorded_positions_only():
+    # Stored targets uniform (0.5, 0.5); w = 0.5: a recorded position whose action was 1
+    # gets (0.5 x 0.5, 0.5 x 0.5 + 0.5) = (0.25, 0.75); an actor's position keeps (0.5, 0.5).
+    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+    from muzero.algorithms.muzero.replay import Replay, dataset_segments
+    cartpole = envs.describe("cartpole")
+    recorded = dataset_segments([Episode(np.zeros((3, 4), np.float32), np.array([1, 1]),
+                                         np.ones(2, np.float32), True, False)], 2)[0]
+    recorded["policies"] = np.full((2, 2), 0.5, np.float32)
+    actor = dict(recorded, episode_id=np.int64(7), actions=np.zeros(2, np.int32),
+                 observations=np.ones((2, 4), np.float32))
+    replay = Replay(cartpole, ReplayConfig(capacity_steps=16, min_steps_to_sample=1),
+                    TargetConfig(num_unroll_steps=0, td_steps=1, stack_frames=1, recorded_action_weight=0.5),
+                    seed=0, discount=0.9)
+    replay.insert_many([recorded], limited=False)
+    replay.insert_many([actor])
+    batch = replay.sample(64)
+    from_dataset = batch["observation"][:, 0] == 0.0
+    assert from_dataset.any() and (~from_dataset).any()
+    np.testing.assert_allclose(batch["target_policy"][from_dataset, 0], [[0.25, 0.75]] * from_dataset.sum())
+    np.testing.assert_allclose(batch["target_policy"][~from_dataset, 0], [[0.5, 0.5]] * (~from_dataset).sum())

@@ -62,6 +62,16 @@ class MuZeroBuilder(core.Builder):
             if shift != settings.config.pretrain.shift_pixels:
                 settings = replace_section(settings, "pretrain", shift_pixels=shift)
                 notes.append(f"pretrain.shift_pixels={shift}: about 1/24 of the {side}-pixel frame side")
+        dataset = changes.get("replay", {}).get("dataset", settings.config.replay.dataset)
+        if dataset and not settings.config.targets.reanalyse_fraction \
+                and "reanalyse_fraction" not in changes.get("targets", {}):
+            # Recorded actions are another (usually weaker) policy's: as one-hot policy targets
+            # they pull the policy back toward it. CartPole fine-tuned from an offline run that
+            # plays 500: without reanalysis its greedy return fell to about 200-250 within the
+            # first 30k env steps; with it, it stayed at 500 (docs/RESULTS.md, "Pretraining").
+            settings = replace_section(settings, "targets", reanalyse_fraction=0.5)
+            notes.append("targets.reanalyse_fraction=0.5: the recorded episodes (--dataset) hold another policy's "
+                         "actions; half of each batch comes from positions the current network searched again")
         return settings, notes
 
     def saved_network(self, network: dict, settings, descriptor) -> dict:

@@ -38,6 +38,11 @@ class TargetConfig:
     # sample uses td_steps. EfficientZero uses 0.3 times the run's env steps. CartPole's
     # few_env_steps preset sets 250 (docs/PRESETS.md).
     td_shrink_every_steps: int = 0
+    # Policy targets of recorded positions (--dataset) mixed toward the recorded action:
+    # (1 - w) x the stored target (the search's, once reanalysed) + w x one-hot(recorded
+    # action); keeps an offline run's search from drifting onto actions the data never
+    # shows (--preset=offline sets 0.5). 0: the stored targets as they are.
+    recorded_action_weight: float = 0.0
     # Frames stacked into one network input for image envs (paper: 32; SEED: 16).
     # Vector and board envs use 1.
     stack_frames: int = 32
@@ -91,6 +96,7 @@ class TargetConfig:
             _fail("TargetConfig", "td_shrink_every_steps", self.td_shrink_every_steps,
                   "needs n-step targets (td_steps >= 1); Monte-Carlo targets (td_steps=-1) have no n to shrink")
         check_int(self, "stack_frames", 1, 256)
+        check_float(self, "recorded_action_weight", 0.0, 1.0)
 
     def frames_for(self, is_image: bool) -> int:
         """Frames stacked into one network input on an env: ``stack_frames`` for image

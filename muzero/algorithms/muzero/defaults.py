@@ -205,14 +205,18 @@ FEW_ENV_STEPS = Preset(
 # offline: train on recorded episodes alone (--dataset; MuZero Unplugged's setting): no
 # training actors, so no env steps; the evaluation actors play the current network. Half of
 # each batch comes from positions the reanalyse worker has searched again with the current
-# weights (policy targets better than the recorded actions), the rest from the recorded
-# actions' one-hot targets; value targets bootstrap from the current network where the
-# env's defaults say so. docs/PRETRAINING.md, "Offline".
+# weights (policy targets better than the recorded actions); value targets bootstrap from
+# the current network where the env's defaults say so. docs/PRETRAINING.md, "Offline".
+# Reanalysed targets alone let the search drift onto actions the data never shows: on
+# CartPole the greedy return reached 500 by training step 1,500 and fell to 10 (one action)
+# after 3,500; with the recorded action mixed in at half weight it reached 500 by step 2,600
+# and stayed at 440-500 to step 6,000 (docs/RESULTS.md, "Pretraining").
 OFFLINE = Preset(
     description="train on a recorded dataset (--dataset) alone: no training actors, no replay ratio, "
-                "half of each batch reanalysed by the current network's search",
+                "half of each batch reanalysed by the current network's search, policy targets half "
+                "the recorded action",
     sections={"replay": {"samples_per_insert": 0.0},
-              "targets": {"reanalyse_fraction": 0.5}},
+              "targets": {"reanalyse_fraction": 0.5, "recorded_action_weight": 0.5}},
     top={"num_actors": 0},
 )
 

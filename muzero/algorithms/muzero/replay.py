@@ -249,6 +249,8 @@ class Replay:
             num_sampleable = store.num_sampleable
             parts = build_targets(store, slots, tc.num_unroll_steps, self._td_steps(index),
                                   self.discount, self._rng)
+            if tc.recorded_action_weight > 0:
+                parts["target_policy"] = self._mix_recorded_actions(parts["target_policy"], parts["policy_slot"])
             frames, frame_actions = gather_inputs(store, slots, self.stack_frames, self.is_image)
             if self.next_observations:
                 next_frames, next_actions = gather_next_inputs(
@@ -298,6 +300,21 @@ class Replay:
             batch["next_observation"] = following.reshape(batch_size, tc.num_unroll_steps,
                                                           *following.shape[1:])
         return batch
+
+    def _mix_recorded_actions(self, target_policy: np.ndarray, policy_slot: np.ndarray) -> np.ndarray:
+        """Policy targets [B, K+1, A] with those of recorded positions (``dataset_segments``)
+        mixed toward the recorded action: (1 - w) x target + w x one-hot(action taken there),
+        w = ``targets.recorded_action_weight``. Call with the lock held."""
+        store, w = self._store, self.target_config.recorded_action_weight
+        slot = np.maximum(policy_slot, 0)
+        recorded = (policy_slot >= 0) & (store.seg_episode[store.slot_segment[slot]] <= DATASET_EPISODE_ID_BASE)
+        if not recorded.any():
+            return target_policy
+        mixed = np.array(target_policy, np.float32, copy=True)
+        rows = mixed[recorded] * (1.0 - w)
+        rows[np.arange(len(rows)), store.actions[slot[recorded]]] += w
+        mixed[recorded] = rows
+        return mixed
 
     def _assemble(self, frames: np.ndarray, frame_actions: Optional[np.ndarray]) -> np.ndarray:
         if not self.is_image:
