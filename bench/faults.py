@@ -59,7 +59,7 @@ if ROOT not in sys.path:
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(ROOT, ".numba_cache"))
 
 SEGMENT_LENGTH = 50      # the CartPole default (replay.segment_length)
-CAPACITY = 20_000        # small: checkpoints of ~2.5 MB, and the ring wraps within a session or two
+CAPACITY = 20_000        # small: checkpoints of ~2.5 MB, and the ring wraps within one or two learner starts
 TRAINING = r"^\[\d+m\d+s\] step [1-9]"   # a progress line once training has started
 CORRUPTIONS = ("truncate_replay_array", "flip_model_bytes", "flip_manifest_head", "truncate_state_json")
 
@@ -543,7 +543,7 @@ class Bench:
         corrupt_left = a.corruptions
         corrupted: dict = {}
         mode_index = 0
-        actor_pending = 0   # actor kills a session cut short hands on to the next
+        actor_pending = 0   # actor kills a learner start cut short hands on to the next
         for session, kind in enumerate(kills + ["stop"]):
             actor_pending += actor_plan[session]
             print(f"session {self.sessions + 1}: {actor_pending} actor kill(s), then "
@@ -574,7 +574,7 @@ class Bench:
                 self.note_orphans(learner.kill9())
                 self.learner_kills += 1
             else:
-                # the last session: wait for a checkpoint after the restarts, then stop cleanly
+                # the last learner start: wait for a checkpoint after the restarts, then stop cleanly
                 learner.wait_for(r"^checkpoint written", 60, len(learner.lines))
                 learner.proc.send_signal(signal.SIGTERM)
                 learner.close(timeout=90)

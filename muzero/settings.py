@@ -49,7 +49,7 @@ class RunSettings:
     # --snapshot_every_env_steps). Either trigger exports; one export serves both.
     export_every_env_steps: int = 0
     # step-<N> exports kept in <logdir>/export after each export (the oldest steps are
-    # deleted, earlier sessions' included); 0 keeps all of them.
+    # deleted, those written before a resume included); 0 keeps all of them.
     keep_exports: int = 5
     # Where the actors run: "local" (processes on this machine, muzero.launch.local) or "ray"
     # (Ray actors, muzero.launch.ray_actors; needs the ray extra).

@@ -92,7 +92,7 @@ class Run:
         self.actors: Optional[core.Launcher] = None
         self.address: Optional[str] = None
         self.resumed_from: Optional[str] = None
-        self.elapsed_before = 0.0   # wall time of earlier sessions of this run (from the checkpoint)
+        self.elapsed_before = 0.0   # wall time of this run before its latest resume (from the checkpoint)
         self._first_signal = None
         self._signal_notes: list = []   # filled by the signal handler, logged by the loop
 
