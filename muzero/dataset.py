@@ -194,6 +194,7 @@ class EpisodeCollector:
         self.episodes: list = []
         self.random_actions = 0
         self.steps = 0
+        self.env, self.env_options, self.descriptor = None, {}, None   # set by make_batch
 
     def make_batch(self, env: str, num_envs: int, seed: int = 0, **options):
         import envs
@@ -201,6 +202,7 @@ class EpisodeCollector:
         if batch.descriptor.two_player:
             batch.close()
             raise ValueError(f"env {env!r} is a two-player game; recorded episodes hold one player's view only")
+        self.env, self.env_options, self.descriptor = env, dict(options), batch.descriptor
         return _CollectingBatch(batch, self)
 
 

@@ -48,6 +48,8 @@ def main(argv):
         raise ValueError(f"--episodes={FLAGS.episodes} must be >= 1")
     if FLAGS.minari_root:
         os.environ["MINARI_DATASETS_PATH"] = os.path.abspath(FLAGS.minari_root)
+    import numpy as np
+
     from muzero import core, dataset
     from muzero.checkpoints import resolve_export
     dataset._minari()   # the extra is there before anything is played
@@ -60,15 +62,8 @@ def main(argv):
     print(f"playing {export_dir} with epsilon {FLAGS.epsilon:g}", flush=True)
     builder.play_export(export_dir, request)
     episodes = collector.episodes[:FLAGS.episodes]
-    import json
-
-    import envs
-    import numpy as np
-    with open(os.path.join(export_dir, "run.json")) as f:
-        run = json.load(f)
-    descriptor = envs.describe(run["env"], **run.get("env_options", {}))
-    path = dataset.write_dataset(FLAGS.out, episodes, descriptor, env=run["env"], env_options=run.get("env_options"),
-                                 algorithm=builder.name,
+    path = dataset.write_dataset(FLAGS.out, episodes, collector.descriptor, env=collector.env,
+                                 env_options=collector.env_options, algorithm=builder.name,
                                  description=f"{export_dir} played with epsilon {FLAGS.epsilon:g}")
     steps = sum(e.num_steps for e in episodes)
     returns = [float(np.sum(e.rewards)) for e in episodes]

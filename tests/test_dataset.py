@@ -79,7 +79,9 @@ def test_the_collector_records_what_the_envs_were_stepped_with():
     # Always pushing right: CartPole terminates within a few dozen steps, the pole past 12
     # degrees (0.2094 rad) or the cart past 2.4 in the last observation, before the reset.
     collector = dataset.EpisodeCollector(epsilon=0.0, seed=1)
-    batch = collector.make_batch("cartpole", 2, seed=3)
+    batch = collector.make_batch("cartpole", 2, seed=3, observe_velocity=True)
+    assert (collector.env, collector.env_options) == ("cartpole", {"observe_velocity": True})
+    assert collector.descriptor == envs.describe("cartpole")
     batch.reset()
     while len(collector.episodes) < 4:
         batch.step(np.ones(2, np.int64))
