@@ -387,6 +387,13 @@ class Builder(abc.ABC):
         from muzero.config import ConfigError
         raise ConfigError(f"--algo={self.name} has no remote actor")
 
+    def stored_episodes(self, checkpoint_dir: str, settings, descriptor) -> tuple:
+        """(episodes, skipped): the whole episodes a run's checkpoint keeps in its replay, as
+        ``muzero.dataset.Episode`` (``python -m muzero.record --from_logdir``), and how many
+        stored ones were left out. Default: the algorithm keeps none."""
+        from muzero.config import ConfigError
+        raise ConfigError(f"runs of --algo={self.name} keep no whole episodes in their checkpoints")
+
     def play_export(self, export_dir: str, request: PlayRequest) -> dict:
         """Plays an export this algorithm wrote (``python -m muzero.eval``) and returns
         ``returns``, ``mean_return`` and what else the play measured (``wins``, ``draws``,

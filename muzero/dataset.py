@@ -172,10 +172,16 @@ def read_episodes(dataset) -> Iterator[Episode]:
                       terminated=bool(terminations[-1]), truncated=bool(truncations[-1] and not terminations[-1]))
 
 
+class Enough(Exception):
+    """Raised out of the player by :class:`EpisodeCollector` once its complete episodes hold
+    ``max_steps`` steps: the caller catches it and writes what was collected."""
+
+
 class EpisodeCollector:
     """Collects the episodes a player plays, as :class:`Episode`; with probability
     ``epsilon`` each step of each env plays a uniformly random legal action (a uniform one in
-    the bounds for box actions) instead of the player's.
+    the bounds for box actions) instead of the player's. With ``max_steps`` > 0 the step that
+    completes the episode bringing the collected steps to ``max_steps`` raises :class:`Enough`.
 
         collector = EpisodeCollector(epsilon=0.25, seed=0)
         request = core.PlayRequest(..., make_batch=collector.make_batch)   # any algorithm's player
@@ -186,10 +192,14 @@ class EpisodeCollector:
     replaced action: a player that stacks its own past actions into its input, MuZero on
     image envs, sees its chosen one there.)"""
 
-    def __init__(self, epsilon: float = 0.0, seed: int = 0):
+    def __init__(self, epsilon: float = 0.0, seed: int = 0, max_steps: int = 0):
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 1.0:
             raise ValueError(f"--epsilon={epsilon!r} must be a number in [0, 1]")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+            raise ValueError(f"--steps={max_steps!r} must be an integer >= 0")
         self.epsilon = float(epsilon)
+        self.max_steps = max_steps
+        self.episode_steps = 0     # steps of the complete episodes
         self.rng = np.random.default_rng([seed, 77])
         self.episodes: list = []
         self.random_actions = 0
@@ -258,8 +268,11 @@ class _CollectingBatch:
                                           actions=np.stack(self._actions[i]),
                                           rewards=np.asarray(self._rewards[i], np.float32),
                                           terminated=bool(nxt.terminated[i]), truncated=bool(nxt.truncated[i])))
+                c.episode_steps += c.episodes[-1].num_steps
                 self._observations[i], self._actions[i], self._rewards[i] = [np.array(nxt.observation[i])], [], []
             else:
                 self._observations[i].append(np.array(nxt.observation[i]))
         self._legal = nxt.legal_mask
+        if 0 < c.max_steps <= c.episode_steps:
+            raise Enough(f"{len(c.episodes)} episodes hold {c.episode_steps} steps")
         return nxt

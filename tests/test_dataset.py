@@ -98,6 +98,19 @@ def test_the_collector_records_what_the_envs_were_stepped_with():
     for _ in range(30):
         batch.step(np.ones(2, np.int64))
     assert collector.random_actions == collector.steps == 60
+    # max_steps: the step that completes the episode bringing the total to 50 raises Enough;
+    # always pushing right, every CartPole episode ends within 8-12 steps (by termination).
+    collector = dataset.EpisodeCollector(max_steps=50)
+    batch = collector.make_batch("cartpole", 3, seed=0)
+    batch.reset()
+    with pytest.raises(dataset.Enough):
+        for _ in range(1000):
+            batch.step(np.ones(3, np.int64))
+    lengths = [e.num_steps for e in collector.episodes]
+    # before the last step fewer than 50 were collected; that step completes at most 3 episodes
+    assert 50 <= collector.episode_steps == sum(lengths) < 50 + 3 * max(lengths)
+    with pytest.raises(ValueError, match=r"--steps=-1 must be an integer >= 0"):
+        dataset.EpisodeCollector(max_steps=-1)
     with pytest.raises(ValueError, match="two-player game"):
         dataset.EpisodeCollector().make_batch("tictactoe", 1)
     with pytest.raises(ValueError, match=r"--epsilon=1.5 must be a number in \[0, 1\]"):
@@ -176,3 +189,87 @@ def test_recorded_actions_mix_into_the_policy_targets_of_recorded_positions_only
     assert from_dataset.any() and (~from_dataset).any()
     np.testing.assert_allclose(batch["target_policy"][from_dataset, 0], [[0.25, 0.75]] * from_dataset.sum())
     np.testing.assert_allclose(batch["target_policy"][~from_dataset, 0], [[0.5, 0.5]] * (~from_dataset).sum())
+
+
+def test_a_share_of_each_batch_comes_from_the_recorded_positions_with_weights_for_the_mixture(tmp_path):
+    # 10 recorded steps, 90 an actor's, equal priorities; replay.dataset_fraction 0.5, B = 8:
+    # rows 0-3 come from the recorded positions, rows 4-7 from all 100. The probability of a
+    # recorded position is 0.5 x 1/10 + 0.5 x 1/100 = 0.055, of an actor's 0.5 x 1/100 =
+    # 0.005; importance weights (N p)^-1 over their maximum: actor 1, recorded 0.005 / 0.055 = 1/11.
+    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+    from muzero.algorithms.muzero.replay import Replay, dataset_segments
+    from muzero.config import ConfigError
+    cartpole = envs.describe("cartpole")
+    recorded = dataset_segments([Episode(np.zeros((11, 4), np.float32), np.ones(10, np.int64),
+                                         np.ones(10, np.float32), True, False)], 2)
+    actor = dict(recorded[0], episode_id=np.int64(7), actions=np.zeros(90, np.int32),
+                 observations=np.ones((90, 4), np.float32), rewards=np.ones(90, np.float32),
+                 root_values=np.zeros(90, np.float32), policies=np.full((90, 2), 0.5, np.float32),
+                 to_play=np.zeros(90, np.int8))
+    targets = TargetConfig(num_unroll_steps=0, td_steps=1, stack_frames=1)
+    replay = Replay(cartpole, ReplayConfig(capacity_steps=128, min_steps_to_sample=1, dataset_fraction=0.5),
+                    targets, seed=0, discount=0.9)
+    replay.insert_many(recorded, limited=False)
+    replay.insert_many([actor])
+    replay.snapshot(str(tmp_path / "replay"))
+    for r in (replay, Replay.restore(str(tmp_path / "replay"))):   # a resumed run keeps the share
+        for _ in range(20):
+            batch = r.sample(8)
+            from_dataset = batch["observation"][:, 0] == 0.0
+            assert from_dataset[:4].all()
+            np.testing.assert_allclose(batch["importance_weight"], np.where(from_dataset, 1 / 11, 1.0), rtol=1e-5)
+    # Without the share the recorded positions are drawn by priority among all: 10 % of rows.
+    plain = Replay(cartpole, ReplayConfig(capacity_steps=128, min_steps_to_sample=1), targets, seed=0, discount=0.9)
+    plain.insert_many(recorded, limited=False)
+    plain.insert_many([actor])
+    share = np.mean([plain.sample(100)["observation"][:, 0] == 0.0 for _ in range(20)])
+    assert 0.05 < share < 0.15
+    # A share with no recorded positions stored draws every row from all positions.
+    online = Replay(cartpole, ReplayConfig(capacity_steps=128, min_steps_to_sample=1, dataset_fraction=0.5),
+                    targets, seed=0, discount=0.9)
+    online.insert_many([actor])
+    np.testing.assert_allclose(online.sample(8)["importance_weight"], 1.0)
+    with pytest.raises(ConfigError, match=r"replay.dataset_fraction=0.6 is invalid: plus "
+                                          r"targets.reanalyse_fraction \(0.5\) must be <= 1"):
+        from muzero.algorithms.muzero.config import MuZeroConfig
+        MuZeroConfig(targets=TargetConfig(reanalyse_fraction=0.5), replay=ReplayConfig(dataset_fraction=0.6))
+
+
+def test_a_runs_replay_gives_back_its_whole_episodes():
+    # Capacity 12, inserted in order: C's first 3 steps, A's first 3, C's next 2, A's last 2
+    # (terminated), B's 3 (still open), then a recorded episode D of 2 steps: B's insert
+    # evicts C's first segment. Observation of step t of episode e: 100 e + t.
+    # Expected by hand: A whole (5 steps, 5 observations and a zero one after the terminal
+    # step); B open, so it loses its last step (2 steps, observations 200, 201, 202,
+    # truncated); C (its first steps evicted) and D (recorded) are left out: skipped = 2.
+    from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
+    from muzero.algorithms.muzero.replay import Replay, dataset_segments, stored_episodes
+    cartpole = envs.describe("cartpole")
+
+    def segment(episode, start, t, terminated=False):
+        steps = np.arange(start, start + t)
+        return dict(episode_id=np.int64(episode), start=np.int64(start),
+                    observations=np.repeat((100.0 * episode + steps)[:, None], 4, axis=1).astype(np.float32),
+                    actions=(steps % 2).astype(np.int32), rewards=(10.0 * episode + steps).astype(np.float32),
+                    root_values=np.zeros(t, np.float32), policies=np.full((t, 2), 0.5, np.float32),
+                    to_play=np.zeros(t, np.int8), terminated=np.bool_(terminated), truncated=np.bool_(False))
+
+    replay = Replay(cartpole, ReplayConfig(capacity_steps=12, min_steps_to_sample=1),
+                    TargetConfig(num_unroll_steps=1, td_steps=1, stack_frames=1), seed=0, discount=0.9)
+    for seg in (segment(5, 0, 3), segment(1, 0, 3), segment(5, 3, 2), segment(1, 3, 2, terminated=True),
+                segment(2, 0, 3)):
+        replay.insert(seg)
+    replay.insert_many(dataset_segments([Episode(np.zeros((3, 4), np.float32), np.array([0, 1]),
+                                                 np.ones(2, np.float32), True, False)], 2), limited=False)
+    assert replay.num_steps == 12
+    episodes, skipped = stored_episodes(replay)
+    assert skipped == 2 and len(episodes) == 2
+    a, b = episodes
+    np.testing.assert_array_equal(a.observations[:, 0], [100, 101, 102, 103, 104, 0])
+    np.testing.assert_array_equal(a.actions, [0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(a.rewards, [10, 11, 12, 13, 14])
+    assert a.terminated and not a.truncated
+    np.testing.assert_array_equal(b.observations[:, 0], [200, 201, 202])
+    np.testing.assert_array_equal(b.actions, [0, 1])
+    np.testing.assert_array_equal(b.rewards, [20, 21])
+    assert b.truncated and not b.terminated

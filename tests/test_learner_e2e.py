@@ -163,6 +163,13 @@ def test_cartpole_trains_checkpoints_resumes_and_survives_a_killed_actor(tmp_pat
             assert f"dataset test/cartpole-v0: 3 episodes, {steps} steps" in out
             final = _records(offline)[-1]
             assert final["env_steps"] == 0 and final["replay_steps"] == steps and final["training_step"] >= 5
+            # The run's own replay as a dataset: CartPole pays 1 per step, so the episodes'
+            # returns add up to their steps.
+            kept = _run("muzero.record", [f"--from_logdir={logdir}", "--out=test/run-v0"], timeout=120)
+            assert kept.returncode == 0, kept.stderr[-2000:]
+            summary = dict(item.split("=", 1) for item in kept.stdout.strip().splitlines()[-1].split())
+            episodes, kept_steps = int(summary["episodes"]), int(summary["steps"])
+            assert episodes >= 1 and float(summary["mean_return"]) * episodes == pytest.approx(kept_steps, abs=0.01 * episodes)
         finally:
             del os.environ["MINARI_DATASETS_PATH"]
 

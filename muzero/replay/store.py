@@ -44,6 +44,8 @@ Imports NumPy, Numba (through ``sum_tree``) and ``envs.base``; never TensorFlow.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from envs.base import EnvDescriptor
@@ -189,6 +191,9 @@ class TrajectoryStore:
       reanalyse: keep ``target_version`` and a second sum tree, ``refreshed_tree``, whose
         leaves are the main tree's for positions with a reanalysed target (version >= 0)
         and 0 elsewhere (docs/REANALYSE.md).
+      recorded_below: if set, positions of episodes whose id is <= this are recorded ones (a
+        dataset's, which carry negative ids) and a third sum tree, ``recorded_tree``, holds the
+        main tree's leaves for them and 0 elsewhere, so a sampler can draw a share from them.
       relink_steps: how many of the last stored steps before a link get the maximum
         priority again when the next segment of their episode arrives; the targets' n
         (``td_steps``), -1 for every stored step of the chain (Monte-Carlo targets), 0 for
@@ -197,7 +202,7 @@ class TrajectoryStore:
 
     def __init__(self, descriptor: EnvDescriptor, capacity: int, history: int,
                  priority_exponent: float, min_priority: float, reanalyse: bool = False,
-                 relink_steps: int = 0):
+                 relink_steps: int = 0, recorded_below: Optional[int] = None):
         c, a = int(capacity), int(descriptor.num_actions)
         self.descriptor = descriptor
         self.capacity = c
@@ -222,6 +227,8 @@ class TrajectoryStore:
         self.tree = SumTree(c)
         self.target_version = np.full(c, -1, np.int64) if reanalyse else None
         self.refreshed_tree = SumTree(c) if reanalyse else None
+        self.recorded_below = None if recorded_below is None else int(recorded_below)
+        self.recorded_tree = SumTree(c) if recorded_below is not None else None
         self.head = 0          # global index of the next step to insert
         self.tail = 0          # global index of the oldest stored step
         self.seg_head = 0      # id of the next segment
@@ -244,7 +251,7 @@ class TrajectoryStore:
     def bytes_per_step(self) -> int:
         """Bytes of one stored step across the per-step arrays, including its sum-tree leaf."""
         per = sum(arr[0].nbytes for arr in self._step_arrays())
-        trees = 1 if self.refreshed_tree is None else 2
+        trees = len(self._trees())
         return int(per + trees * self.tree.tree.itemsize)
 
     def bytes_per_segment(self) -> int:
@@ -259,8 +266,11 @@ class TrajectoryStore:
     def bytes_allocated(self) -> int:
         """Bytes of every preallocated array (live or not), sum tree included."""
         seg = sum(getattr(self, n).nbytes for n in _SEG_FIELDS) + self.seg_end.nbytes
-        trees = self.tree.nbytes + (0 if self.refreshed_tree is None else self.refreshed_tree.nbytes)
+        trees = sum(tree.nbytes for tree in self._trees())
         return int(sum(arr.nbytes for arr in self._step_arrays()) + seg + trees)
+
+    def _trees(self) -> list:
+        return [t for t in (self.tree, self.refreshed_tree, self.recorded_tree) if t is not None]
 
     def _step_arrays(self):
         arrays = [self.observations, self.actions, self.rewards, self.root_values, self.policies,
@@ -272,12 +282,21 @@ class TrajectoryStore:
         return arrays
 
     def _set_leaves(self, slots: np.ndarray, weights: np.ndarray) -> None:
-        """Sets leaf weights in the sum tree, and in the refreshed tree where the slot's
-        target was reanalysed (0 elsewhere)."""
+        """Sets leaf weights in the sum tree, in the refreshed tree where the slot's target
+        was reanalysed and in the recorded tree where the slot is a recorded episode's (0
+        elsewhere)."""
         self.tree.set(slots, weights)
         if self.refreshed_tree is not None:
             refreshed = self.target_version[np.asarray(slots, np.int64)] >= 0
             self.refreshed_tree.set(slots, np.where(refreshed, weights, 0.0))
+        if self.recorded_tree is not None:
+            self.recorded_tree.set(slots, np.where(self.is_recorded(slots), weights, 0.0))
+
+    def is_recorded(self, slots: np.ndarray) -> np.ndarray:
+        """[N] bool: whether each slot holds a step of a recorded episode (``recorded_below``)."""
+        if self.recorded_below is None:
+            return np.zeros(np.shape(slots), bool)
+        return self.seg_episode[self.slot_segment[np.asarray(slots, np.int64)]] <= self.recorded_below
 
     # ------------------------------------------------------------------ insert
     def _stored_end(self, episode_id: int):
@@ -347,7 +366,6 @@ class TrajectoryStore:
         ok = (chain_first == 0) | (steps >= chain_first + self.history)  # [T]
         self.sampleable[slots] = ok
         self.num_sampleable += int(ok.sum())
-        self._set_leaves(slots, np.where(ok, self._weights(prio), 0.0))
         self.slot_segment[slots] = row
 
         self.seg_episode[row] = episode_id
@@ -358,6 +376,7 @@ class TrajectoryStore:
         self.seg_next[row] = -1
         self.seg_end[row] = (END_TERMINATED if seg["terminated"] else
                              END_TRUNCATED if seg["truncated"] else END_OPEN)
+        self._set_leaves(slots, np.where(ok, self._weights(prio), 0.0))   # after the episode id: recorded_tree
         if prev_id >= 0:
             self.seg_next[prev_id % c] = seg_id
             self._reprioritise_before(prev_id)
@@ -435,6 +454,26 @@ class TrajectoryStore:
             self.sampleable[lost] = False
             self._set_leaves(lost, np.zeros(count))
             sid = int(self.seg_next[r])
+
+    def whole_episodes(self) -> list:
+        """[(episode_id, slots [T] int64 in step order, end)] of the stored episodes held from
+        their first step on (start 0, no segment evicted or missing between), in the order
+        their first segments arrived; ``end`` is END_TERMINATED, END_TRUNCATED or END_OPEN (the
+        episode was still being played). Walks the segment table once per stored segment."""
+        c, out = self.capacity, []
+        for seg_id in range(self.seg_tail, self.seg_head):
+            row = seg_id % c
+            if self.seg_start[row] != 0 or self.seg_prev[row] >= self.seg_tail:
+                continue          # not an episode's first step, or its predecessor is stored
+            parts, link = [], seg_id
+            while True:
+                r = link % c
+                parts.append(self.seg_first_slot[r] + np.arange(self.seg_length[r], dtype=np.int64))
+                link = int(self.seg_next[r])
+                if link < self.seg_tail or link >= self.seg_head:
+                    break
+            out.append((int(self.seg_episode[row]), np.concatenate(parts) % c, int(self.seg_end[r])))
+        return out
 
     # ------------------------------------------------------------------ priorities
     def global_index(self, slots: np.ndarray) -> np.ndarray:
@@ -562,3 +601,7 @@ class TrajectoryStore:
             self.refreshed_tree.tree[:] = 0.0
             self.refreshed_tree.leaves()[:] = np.where(self.target_version >= 0, self.tree.leaves(), 0.0)
             self.refreshed_tree.rebuild()
+        if self.recorded_tree is not None:
+            self.recorded_tree.tree[:] = 0.0
+            self.recorded_tree.leaves()[:] = np.where(self.is_recorded(np.arange(self.capacity)), self.tree.leaves(), 0.0)
+            self.recorded_tree.rebuild()

@@ -155,6 +155,17 @@ class MuZeroBuilder(core.Builder):
         banner = f"actor {remote.actor_id}: {actor.envs_per_actor} x {settings.env} -> {remote.server}"
         return banner, functools.partial(run_actor, actor)
 
+    def stored_episodes(self, checkpoint_dir: str, settings, descriptor) -> tuple:
+        import os
+
+        from muzero.algorithms.muzero.replay import Replay, stored_episodes
+        from muzero.replay.snapshot import SnapshotError
+        try:
+            replay = Replay.restore(os.path.join(checkpoint_dir, "replay"))
+        except SnapshotError as e:
+            raise ValueError(f"{checkpoint_dir}: its replay cannot be read ({e})") from None
+        return stored_episodes(replay)
+
     def play_export(self, export_dir: str, request: core.PlayRequest) -> dict:
         """Greedy search with the export's search settings (``run.json``) changed by
         ``request.overrides`` (``search.field=value`` only); tic-tac-toe against

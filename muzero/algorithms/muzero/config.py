@@ -127,10 +127,14 @@ class ReplayConfig:
     # put into the replay when a run starts, beside what the actors push; with no training
     # actors (--preset=offline) the run trains on them alone. docs/PRETRAINING.md.
     dataset: str = ""
+    # Share of each batch drawn (by priority) from the recorded episodes' positions while the
+    # replay holds any; 0: they are drawn in proportion to their priority among all positions.
+    dataset_fraction: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.dataset, str):
             _fail("ReplayConfig", "dataset", self.dataset, "must be a string (a Minari dataset id or folder)")
+        check_float(self, "dataset_fraction", 0.0, 1.0)
         check_int(self, "capacity_steps", 1)
         check_int(self, "segment_length", 1, 100_000)
         check_float(self, "priority_exponent", 0.0, 10.0)
@@ -396,6 +400,11 @@ class MuZeroConfig(SectionedConfig):
 
     def __post_init__(self):
         self.coerce_sections()
+        shares = self.targets.reanalyse_fraction + self.replay.dataset_fraction
+        if shares > 1.0:
+            _fail("MuZeroConfig", "replay.dataset_fraction", self.replay.dataset_fraction,
+                  f"plus targets.reanalyse_fraction ({self.targets.reanalyse_fraction:g}) must be <= 1: "
+                  f"both are shares of one batch")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from muzero.observation import assemble_image_input, network_input_shape
 from muzero.replay import snapshot as snapshot_io
 from muzero.replay.rate_limiter import SampleToInsertRatio
 from muzero.replay.snapshot import SnapshotError
-from muzero.replay.store import TrajectoryStore, validate_segment
+from muzero.replay.store import END_TERMINATED, TrajectoryStore, validate_segment
 from muzero.algorithms.muzero.targets import (build_targets, finish_values, gather_inputs, gather_next_inputs,
                                    unroll_policy_slots)
 
@@ -78,10 +78,13 @@ class Replay:
                                       priority_exponent=replay_config.priority_exponent,
                                       min_priority=replay_config.min_priority,
                                       reanalyse=target_config.reanalyse_fraction > 0,
-                                      relink_steps=target_config.td_steps)
+                                      relink_steps=target_config.td_steps,
+                                      recorded_below=(DATASET_EPISODE_ID_BASE if replay_config.dataset_fraction > 0
+                                                      else None))
         # Reanalyse (docs/REANALYSE.md): rows of training batches meant for refreshed
         # positions, and positions the worker refreshed (not saved in snapshots).
         self.reanalyse_fraction = float(target_config.reanalyse_fraction)
+        self.dataset_fraction = float(replay_config.dataset_fraction)
         self._reanalyse_wanted = 0
         self._reanalyse_written = 0
         self._limiter = SampleToInsertRatio(replay_config.samples_per_insert,
@@ -222,29 +225,23 @@ class Replay:
         importance weights use the probability of that mixture, with ``r = R / B``:
         ``(1 - r) w_i / W + r w_i / W_r [i reanalysed]`` (``W_r``: the refreshed positions' total). The batch then also holds
         target_version [B, K+1] int64: the weights version of each policy target (-1: the
-        actor's, or none past the stored end).
+        actor's, or none past the stored end). ``replay.dataset_fraction`` d > 0 likewise
+        draws the next ``D = floor(d B + 1/2)`` rows from the recorded episodes' positions
+        (``dataset_segments``) while the replay holds any, and the probability of a position
+        gains the term ``(D / B) w_i / W_d [i recorded]`` (the rows from all positions being
+        the remaining ``B - R - D``).
         """
         self._check_batch_size(batch_size)
         tc, store = self.target_config, self._store
         with self._cond:
             self._wait_for(lambda: self._sample_allowed(batch_size), timeout, "sample")
-            total = store.tree.total
             refreshed = 0
             if self.reanalyse_fraction > 0:
                 refreshed = int(self.reanalyse_fraction * batch_size + 0.5)
                 self._reanalyse_wanted += refreshed
-                if store.refreshed_tree.total <= 0.0:
-                    refreshed = 0
-            if refreshed == 0:
-                slots = store.tree.sample(self._rng.random(batch_size))  # [B]
-                probs = store.tree.leaves()[slots] / total  # [B]
-            else:
-                uniforms = self._rng.random(batch_size)
-                slots = np.concatenate([store.refreshed_tree.sample(uniforms[:refreshed]),
-                                        store.tree.sample(uniforms[refreshed:])])
-                f = refreshed / batch_size   # the batch's share, exactly
-                probs = ((1.0 - f) * store.tree.leaves()[slots] / total
-                         + f * store.refreshed_tree.leaves()[slots] / store.refreshed_tree.total)
+            recorded = int(self.dataset_fraction * batch_size + 0.5) if self.dataset_fraction > 0 else 0
+            recorded = min(recorded, batch_size - refreshed)
+            slots, probs = self._draw(batch_size, [(store.refreshed_tree, refreshed), (store.recorded_tree, recorded)])
             index = store.global_index(slots)
             num_sampleable = store.num_sampleable
             parts = build_targets(store, slots, tc.num_unroll_steps, self._td_steps(index),
@@ -300,6 +297,28 @@ class Replay:
             batch["next_observation"] = following.reshape(batch_size, tc.num_unroll_steps,
                                                           *following.shape[1:])
         return batch
+
+    def _draw(self, batch_size: int, shares: list) -> tuple:
+        """(slots [B], probabilities [B]) of a batch whose first rows come from the given sum
+        trees, ``shares`` = [(tree or None, rows)] in order, the rest from all positions by
+        priority; a tree that is missing or empty gives its rows to all positions. The
+        probability of slot i is the mixture's: sum over parts of rows / B x leaf_i / total.
+        Call with the lock held."""
+        store = self._store
+        uniforms = self._rng.random(batch_size)
+        parts, at = [], 0
+        for tree, rows in shares:
+            if tree is None or rows <= 0 or tree.total <= 0.0:
+                continue
+            parts.append((tree, tree.sample(uniforms[at:at + rows]), rows))
+            at += rows
+        parts.append((store.tree, store.tree.sample(uniforms[at:]), batch_size - at))
+        slots = np.concatenate([drawn for _, drawn, _ in parts])
+        probs = np.zeros(batch_size, np.float64)
+        for tree, _, rows in parts:
+            if rows > 0:
+                probs += (rows / batch_size) * tree.leaves()[slots] / tree.total
+        return slots, probs
 
     def _mix_recorded_actions(self, target_policy: np.ndarray, policy_slot: np.ndarray) -> np.ndarray:
         """Policy targets [B, K+1, A] with those of recorded positions (``dataset_segments``)
@@ -530,3 +549,35 @@ def dataset_segments(episodes, num_actions: int) -> list:
                              policies=policies, to_play=np.zeros(t, np.int8),
                              terminated=np.bool_(episode.terminated), truncated=np.bool_(episode.truncated)))
     return segments
+
+
+def stored_episodes(replay: Replay) -> tuple:
+    """(episodes, skipped): the replay's whole episodes (held from their first step on) as
+    ``muzero.dataset.Episode``, in the order they arrived, and how many stored episodes were
+    left out (begun before the replay's oldest step, or recorded ones read from a dataset).
+
+    The replay keeps no observation after an episode's last step. A terminated episode gets
+    an all-zero one there (a terminal state is worth 0, so no target reads it); an episode
+    that was truncated or still being played loses its last step instead, so that the
+    observation after its new last step is a real one, and counts as truncated."""
+    from muzero.dataset import Episode
+    store = replay._store
+    with replay._cond:
+        chains = store.whole_episodes()
+        held = len(store.episodes)
+        episodes = []
+        for episode_id, slots, end in chains:
+            if episode_id <= DATASET_EPISODE_ID_BASE:
+                continue
+            observations = store.observations[slots]
+            if end == END_TERMINATED:
+                final = np.zeros((1,) + observations.shape[1:], observations.dtype)
+                observations = np.concatenate([observations, final])
+            elif len(slots) < 2:
+                continue
+            else:
+                slots = slots[:-1]
+            episodes.append(Episode(observations=np.array(observations), actions=store.actions[slots].astype(np.int64),
+                                    rewards=np.array(store.rewards[slots], np.float32),
+                                    terminated=end == END_TERMINATED, truncated=end != END_TERMINATED))
+    return episodes, held - len(episodes)
