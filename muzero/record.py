@@ -15,7 +15,8 @@ A learner reads it with ``--dataset=<id or folder>`` (docs/PRETRAINING.md, "Offl
 writes instead the whole episodes a run's newest checkpoint keeps in its replay (MuZero
 runs), so a new network can pretrain on an old run's experience.
 Needs the ``offline`` extra (Minari). Prints one line: episodes, steps, mean return, the
-share of random moves and where the dataset is.
+share of random moves (with ``--from_logdir``: how many stored episodes it skipped) and
+where the dataset is.
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def main(argv):
         raise ValueError("--out and one of --export_dir or --from_logdir are required, e.g. python -m muzero.record "
                          "--export_dir=runs/cartpole --episodes=50 --epsilon=0.25 --out=cartpole/weak-v0")
     if FLAGS.from_logdir:
-        given = [f"--{name}" for name in ("episodes", "steps", "epsilon", "num_envs", "seed", "set")
-                 if FLAGS[name].present]
+        playing = ["episodes", "steps", "epsilon", "num_envs", "seed", "set"]
+        playing += [s.flag for name in algorithms.names() for s in algorithms.get(name).shortcuts]
+        given = [f"--{name}" for name in dict.fromkeys(playing) if FLAGS[name].present]
         if given:
             raise ValueError(f"{', '.join(given)}: not used with --from_logdir (it writes the episodes the run "
                              f"played)")

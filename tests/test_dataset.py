@@ -164,6 +164,10 @@ def test_a_dataset_in_a_run_with_actors_gets_reanalysed_targets_unless_the_user_
     mine, _ = builder.fit_to_env(settings, cartpole, {"replay": {"dataset": "x-v0"},
                                                       "targets": {"reanalyse_fraction": 0.0}})
     assert mine.config.targets.reanalyse_fraction == 0.0     # the user's choice (applied after the fit) stands
+    # Both are shares of one batch: with three quarters from the dataset, a quarter is reanalysed.
+    shared, notes = builder.fit_to_env(settings, cartpole, {"replay": {"dataset": "x-v0", "dataset_fraction": 0.75}})
+    assert shared.config.targets.reanalyse_fraction == 0.25
+    assert any(n.startswith("targets.reanalyse_fraction=0.25: ") and "25% of each batch" in n for n in notes)
     plain, notes = builder.fit_to_env(settings, cartpole, {})
     assert plain.config.targets.reanalyse_fraction == 0.0 and not notes
 
@@ -192,10 +196,13 @@ def test_recorded_actions_mix_into_the_policy_targets_of_recorded_positions_only
 
 
 def test_a_share_of_each_batch_comes_from_the_recorded_positions_with_weights_for_the_mixture(tmp_path):
-    # 10 recorded steps, 90 an actor's, equal priorities; replay.dataset_fraction 0.5, B = 8:
-    # rows 0-3 come from the recorded positions, rows 4-7 from all 100. The probability of a
-    # recorded position is 0.5 x 1/10 + 0.5 x 1/100 = 0.055, of an actor's 0.5 x 1/100 =
-    # 0.005; importance weights (N p)^-1 over their maximum: actor 1, recorded 0.005 / 0.055 = 1/11.
+    # 10 recorded steps, 90 an actor's; replay.dataset_fraction 0.5, B = 8: rows 0-3 come
+    # from the recorded positions, rows 4-7 from all 100. The share is oversampling on
+    # purpose: importance weights use the probability without it, w_i / W, so with equal
+    # priorities every row weighs 1 (a correction by the mixture, 0.5/10 + 0.5/100 for a
+    # recorded row, would give those rows 1/11 and undo the share at beta = 1). Then the
+    # recorded positions' priorities doubled (exponent 1): (N p)^-1 = (100 x 2/110)^-1 = 0.55
+    # for them, (100 x 1/110)^-1 = 1.1 for the actor's; over the maximum: 0.5 and 1.
     from muzero.algorithms.muzero.config import ReplayConfig, TargetConfig
     from muzero.algorithms.muzero.replay import Replay, dataset_segments
     from muzero.config import ConfigError
@@ -217,7 +224,12 @@ def test_a_share_of_each_batch_comes_from_the_recorded_positions_with_weights_fo
             batch = r.sample(8)
             from_dataset = batch["observation"][:, 0] == 0.0
             assert from_dataset[:4].all()
-            np.testing.assert_allclose(batch["importance_weight"], np.where(from_dataset, 1 / 11, 1.0), rtol=1e-5)
+            np.testing.assert_allclose(batch["importance_weight"], 1.0, rtol=1e-5)
+    replay.update_priorities(np.arange(10), np.full(10, 2.0, np.float32))   # the recorded ones came first
+    for _ in range(5):
+        batch = replay.sample(8)
+        from_dataset = batch["observation"][:, 0] == 0.0
+        np.testing.assert_allclose(batch["importance_weight"], np.where(from_dataset, 0.5, 1.0), rtol=1e-5)
     # Without the share the recorded positions are drawn by priority among all: 10 % of rows.
     plain = Replay(cartpole, ReplayConfig(capacity_steps=128, min_steps_to_sample=1), targets, seed=0, discount=0.9)
     plain.insert_many(recorded, limited=False)

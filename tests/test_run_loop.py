@@ -424,3 +424,25 @@ def test_a_muzero_run_from_before_mlp_bias_resumes_only_with_mlp_bias_false(tmp_
     del old["config"]["network"]["mlp_bias"]
     (tmp_path / "config.json").write_text(json.dumps(old))
     Run(board, str(tmp_path), log=lambda m: None)._check_same_run(["ckpt-1"])
+
+
+def test_the_pace_line_a_minute_in_gives_the_rates_of_the_half_minute_before():
+    # Marked at 30 s (1,000 env steps, step 0), reported at the first record at or after
+    # 60 s (2,200 env steps, step 90): 1,200 / 30 = 40 env steps/s, 90 / 30 = 3.0 steps/s,
+    # and 100,000 / 40 = 2,500 s = 41m40s. Once only.
+    from muzero.learner.loop import _Pace
+    pace = _Pace(start=100.0)
+    assert pace.line(110.0, 0, 0) is None
+    assert pace.line(130.0, 1_000, 0) is None
+    assert pace.line(150.0, 1_800, 40) is None
+    assert pace.line(160.0, 2_200, 90) == ("pace over the last 30 s: acting 40 env steps/s, training 3.0 steps/s; "
+                                           "100k env steps take about 41m40s at this pace")
+    assert pace.line(200.0, 9_000, 400) is None
+    # No training step by then, or no env steps (an offline run), are said as such.
+    waiting = _Pace(start=0.0)
+    waiting.line(30.0, 500, 0)
+    assert waiting.line(60.0, 1_700, 0) == ("pace over the last 30 s: acting 40 env steps/s, no training step yet; "
+                                            "100k env steps take about 41m40s at this pace")
+    offline = _Pace(start=0.0)
+    offline.line(31.0, 0, 100)
+    assert offline.line(61.0, 0, 250) == "pace over the last 30 s: training 5.0 steps/s"

@@ -52,6 +52,41 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
+class _Pace:
+    """The one line, a minute into each learner start, that says what this machine does:
+    acting and training rates over the preceding half minute and how long 100k env steps
+    (Atari 100k's budget) take at that pace."""
+
+    MARK_S, REPORT_S = 30.0, 60.0
+
+    def __init__(self, start: float):
+        self.start = start
+        self.mark = None
+        self.done = False
+
+    def line(self, now: float, env_steps: int, training_step: int) -> Optional[str]:
+        if self.done:
+            return None
+        if self.mark is None:
+            if now - self.start >= self.MARK_S:
+                self.mark = (now, env_steps, training_step)
+            return None
+        if now - self.start < self.REPORT_S:
+            return None
+        self.done = True
+        t0, env0, step0 = self.mark
+        dt = max(now - t0, 1e-6)
+        env_rate, step_rate = (env_steps - env0) / dt, (training_step - step0) / dt
+        parts = []
+        if env_rate > 0:
+            parts.append(f"acting {env_rate:.0f} env steps/s")
+        parts.append(f"training {step_rate:.1f} steps/s" if training_step > 0 else "no training step yet")
+        text = f"pace over the last {dt:.0f} s: {', '.join(parts)}"
+        if env_rate > 0:
+            text += f"; 100k env steps take about {format_duration(100_000 / env_rate)} at this pace"
+        return text
+
+
 def server_address(host: str, port: int) -> str:
     """HOST:PORT as clients dial it: loopback names become 127.0.0.1, IPv6 literals get brackets."""
     if host in ("127.0.0.1", "localhost", "0.0.0.0"):
@@ -291,6 +326,7 @@ class Run:
         next_export_env = self._next_export_env()
         metrics: dict = {}
         record: dict = {}
+        pace = _Pace(last_progress)
         # A resumed run whose limit is already reached stops before training another step
         # (it still checkpoints and exports at the end: a way to export a checkpoint).
         reason = self._limits_reached(last_progress - start)
@@ -314,6 +350,9 @@ class Run:
                 step_rate = (self.training_step - last_step) / dt
                 record = self._progress(now - start, env_rate, step_rate, metrics)
                 last_progress, last_env, last_step = now, self.env_steps, self.training_step
+                line = pace.line(now, self.env_steps, self.training_step)
+                if line:
+                    self.log(line)
                 if self.actors is not None:
                     self.actors.poll()
             due = ((s.export_every_secs and now - last_export >= s.export_every_secs)

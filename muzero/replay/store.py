@@ -457,9 +457,10 @@ class TrajectoryStore:
 
     def whole_episodes(self) -> list:
         """[(episode_id, slots [T] int64 in step order, end)] of the stored episodes held from
-        their first step on (start 0, no segment evicted or missing between), in the order
-        their first segments arrived; ``end`` is END_TERMINATED, END_TRUNCATED or END_OPEN (the
-        episode was still being played). Walks the segment table once per stored segment."""
+        their first step on (start 0), each up to its end or to a gap in its chain (segments
+        lost, e.g. across a learner restart: what follows the gap is left out, and the part
+        before it ends open), in the order their first segments arrived; ``end`` is
+        END_TERMINATED, END_TRUNCATED or END_OPEN (still being played, or cut by a gap)."""
         c, out = self.capacity, []
         for seg_id in range(self.seg_tail, self.seg_head):
             row = seg_id % c
@@ -469,9 +470,10 @@ class TrajectoryStore:
             while True:
                 r = link % c
                 parts.append(self.seg_first_slot[r] + np.arange(self.seg_length[r], dtype=np.int64))
-                link = int(self.seg_next[r])
-                if link < self.seg_tail or link >= self.seg_head:
+                nxt = int(self.seg_next[r])
+                if nxt <= link or nxt >= self.seg_head:   # none, evicted, or a damaged table
                     break
+                link = nxt
             out.append((int(self.seg_episode[row]), np.concatenate(parts) % c, int(self.seg_end[r])))
         return out
 

@@ -63,15 +63,19 @@ class MuZeroBuilder(core.Builder):
                 settings = replace_section(settings, "pretrain", shift_pixels=shift)
                 notes.append(f"pretrain.shift_pixels={shift}: about 1/24 of the {side}-pixel frame side")
         dataset = changes.get("replay", {}).get("dataset", settings.config.replay.dataset)
-        if dataset and not settings.config.targets.reanalyse_fraction \
+        recorded_share = changes.get("replay", {}).get("dataset_fraction", settings.config.replay.dataset_fraction)
+        share = min(0.5, 1.0 - recorded_share) if isinstance(recorded_share, (int, float)) else 0.5
+        if dataset and share > 0 and not settings.config.targets.reanalyse_fraction \
                 and "reanalyse_fraction" not in changes.get("targets", {}):
             # Recorded actions are another (usually weaker) policy's: as one-hot policy targets
             # they pull the policy back toward it. CartPole fine-tuned from an offline run that
             # plays 500: without reanalysis its greedy return fell to about 200-250 within the
             # first 30k env steps; with it, it stayed at 500 (docs/RESULTS.md, "Pretraining").
-            settings = replace_section(settings, "targets", reanalyse_fraction=0.5)
-            notes.append("targets.reanalyse_fraction=0.5: the recorded episodes (--dataset) hold another policy's "
-                         "actions; half of each batch comes from positions the current network searched again")
+            # Both shares are of one batch: the reanalysed one leaves room for replay.dataset_fraction.
+            settings = replace_section(settings, "targets", reanalyse_fraction=share)
+            notes.append(f"targets.reanalyse_fraction={share:g}: the recorded episodes (--dataset) hold another "
+                         f"policy's actions; {share:.0%} of each batch comes from positions the current network "
+                         f"searched again")
         return settings, notes
 
     def saved_network(self, network: dict, settings, descriptor) -> dict:
@@ -164,6 +168,14 @@ class MuZeroBuilder(core.Builder):
             replay = Replay.restore(os.path.join(checkpoint_dir, "replay"))
         except SnapshotError as e:
             raise ValueError(f"{checkpoint_dir}: its replay cannot be read ({e})") from None
+        theirs, mine = replay.descriptor, descriptor
+
+        def facts(d) -> tuple:
+            return tuple(d.observation_shape), str(d.observation_dtype), int(d.num_actions)
+        if facts(theirs) != facts(mine):
+            raise ValueError(f"{checkpoint_dir}: its replay holds observations {facts(theirs)[:2]} and "
+                             f"{facts(theirs)[2]} actions, but the run's env {settings.env!r} has "
+                             f"{facts(mine)[:2]} and {facts(mine)[2]}")
         return stored_episodes(replay)
 
     def play_export(self, export_dir: str, request: core.PlayRequest) -> dict:

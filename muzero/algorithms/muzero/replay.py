@@ -225,11 +225,12 @@ class Replay:
         importance weights use the probability of that mixture, with ``r = R / B``:
         ``(1 - r) w_i / W + r w_i / W_r [i reanalysed]`` (``W_r``: the refreshed positions' total). The batch then also holds
         target_version [B, K+1] int64: the weights version of each policy target (-1: the
-        actor's, or none past the stored end). ``replay.dataset_fraction`` d > 0 likewise
-        draws the next ``D = floor(d B + 1/2)`` rows from the recorded episodes' positions
-        (``dataset_segments``) while the replay holds any, and the probability of a position
-        gains the term ``(D / B) w_i / W_d [i recorded]`` (the rows from all positions being
-        the remaining ``B - R - D``).
+        actor's, or none past the stored end). ``replay.dataset_fraction`` d > 0 draws the
+        next ``D = min(floor(d B + 1/2), B - R)`` rows (by priority) from the recorded
+        episodes' positions (``dataset_segments``) while the replay holds any. That share is
+        deliberate oversampling, not corrected for: every row's importance weight uses the
+        probability the batch would give it without the share (the mixture above, with
+        ``r = R / (B - D)``), so the weights undo only the priorities.
         """
         self._check_batch_size(batch_size)
         tc, store = self.target_config, self._store
@@ -241,7 +242,8 @@ class Replay:
                 self._reanalyse_wanted += refreshed
             recorded = int(self.dataset_fraction * batch_size + 0.5) if self.dataset_fraction > 0 else 0
             recorded = min(recorded, batch_size - refreshed)
-            slots, probs = self._draw(batch_size, [(store.refreshed_tree, refreshed), (store.recorded_tree, recorded)])
+            slots, probs = self._draw(batch_size, [(store.refreshed_tree, refreshed, True),
+                                                   (store.recorded_tree, recorded, False)])
             index = store.global_index(slots)
             num_sampleable = store.num_sampleable
             parts = build_targets(store, slots, tc.num_unroll_steps, self._td_steps(index),
@@ -300,24 +302,28 @@ class Replay:
 
     def _draw(self, batch_size: int, shares: list) -> tuple:
         """(slots [B], probabilities [B]) of a batch whose first rows come from the given sum
-        trees, ``shares`` = [(tree or None, rows)] in order, the rest from all positions by
-        priority; a tree that is missing or empty gives its rows to all positions. The
-        probability of slot i is the mixture's: sum over parts of rows / B x leaf_i / total.
-        Call with the lock held."""
+        trees, ``shares`` = [(tree or None, rows, corrected)] in order, the rest from all
+        positions by priority; a tree that is missing or empty gives its rows to all
+        positions. The probability of slot i is that of the mixture of the corrected parts
+        and the rest: sum over them of rows / (their rows) x leaf_i / total (an uncorrected
+        part's rows are oversampling on purpose). Call with the lock held."""
         store = self._store
         uniforms = self._rng.random(batch_size)
         parts, at = [], 0
-        for tree, rows in shares:
+        for tree, rows, corrected in shares:
             if tree is None or rows <= 0 or tree.total <= 0.0:
                 continue
-            parts.append((tree, tree.sample(uniforms[at:at + rows]), rows))
+            parts.append((tree, tree.sample(uniforms[at:at + rows]), rows, corrected))
             at += rows
-        parts.append((store.tree, store.tree.sample(uniforms[at:]), batch_size - at))
-        slots = np.concatenate([drawn for _, drawn, _ in parts])
+        parts.append((store.tree, store.tree.sample(uniforms[at:]), batch_size - at, True))
+        slots = np.concatenate([drawn for _, drawn, _, _ in parts])
+        mixed = sum(rows for _, _, rows, corrected in parts if corrected)
+        if mixed == 0:     # every row oversampled: the probability all positions would give
+            return slots, store.tree.leaves()[slots] / store.tree.total
         probs = np.zeros(batch_size, np.float64)
-        for tree, _, rows in parts:
-            if rows > 0:
-                probs += (rows / batch_size) * tree.leaves()[slots] / tree.total
+        for tree, _, rows, corrected in parts:
+            if corrected and rows > 0:
+                probs += (rows / mixed) * tree.leaves()[slots] / tree.total
         return slots, probs
 
     def _mix_recorded_actions(self, target_policy: np.ndarray, policy_slot: np.ndarray) -> np.ndarray:
@@ -552,9 +558,10 @@ def dataset_segments(episodes, num_actions: int) -> list:
 
 
 def stored_episodes(replay: Replay) -> tuple:
-    """(episodes, skipped): the replay's whole episodes (held from their first step on) as
-    ``muzero.dataset.Episode``, in the order they arrived, and how many stored episodes were
-    left out (begun before the replay's oldest step, or recorded ones read from a dataset).
+    """(episodes, skipped): the replay's episodes held from their first step on
+    (``TrajectoryStore.whole_episodes``) as ``muzero.dataset.Episode``, in the order they
+    arrived, and how many stored episodes were left out (begun before the replay's oldest
+    step, recorded ones read from a dataset, or open ones of a single step).
 
     The replay keeps no observation after an episode's last step. A terminated episode gets
     an all-zero one there (a terminal state is worth 0, so no target reads it); an episode
