@@ -32,6 +32,7 @@ default 0.3). Run it alone on the machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -76,22 +77,38 @@ def main() -> None:
                         help="a run's figure is the env steps at which its live evaluation mean first reaches "
                              "the target (no snapshots); for envs with short episodes such as MinAtar")
     parser.add_argument("--root", default=os.path.join("runs", "bench", "offline"))
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep --root's dataset and offline run from an earlier call (its summary.json) and run "
+                             "only the seeds")
     args = parser.parse_args()
     root = os.path.abspath(args.root)
-    shutil.rmtree(root, ignore_errors=True)
+    summary_path = os.path.join(root, "summary.json")
+    if args.reuse and not os.path.isfile(summary_path):
+        raise SystemExit(f"--reuse: {summary_path} not found (run once without --reuse)")
+    if not args.reuse:
+        shutil.rmtree(root, ignore_errors=True)
     env = dict(os.environ, MINARI_DATASETS_PATH=os.path.join(root, "minari"), TF_CPP_MIN_LOG_LEVEL="2")
     os.environ["MINARI_DATASETS_PATH"] = env["MINARI_DATASETS_PATH"]   # for the learner runs below
     dataset_id = "bench/recorded-v0"
-    out = _run("muzero.record", [f"--export_dir={args.export_dir}", f"--episodes={args.episodes}",
-                                 f"--steps={args.steps}", f"--epsilon={args.epsilon}", f"--out={dataset_id}"], env)
-    dataset_return = _mean_return(out)
-    print(out.strip().splitlines()[-1], flush=True)
     offline = os.path.join(root, "offline")
-    start = time.time()
-    _run("muzero.learner", [f"--env={args.env}", f"--dataset={dataset_id}", "--preset=offline",
-                            f"--max_train_steps={args.offline_steps}", f"--logdir={offline}"], env)
-    offline_minutes = (time.time() - start) / 60.0
-    offline_return = _mean_return(_run("muzero.eval", [f"--export_dir={offline}", "--episodes=20"], env))
+    if args.reuse:
+        with open(summary_path) as f:
+            summary = json.load(f)
+        dataset_return, offline_return, offline_minutes = (summary["dataset_return"], summary["offline_return"],
+                                                           summary["offline_minutes"])
+    else:
+        out = _run("muzero.record", [f"--export_dir={args.export_dir}", f"--episodes={args.episodes}",
+                                     f"--steps={args.steps}", f"--epsilon={args.epsilon}", f"--out={dataset_id}"], env)
+        dataset_return = _mean_return(out)
+        print(out.strip().splitlines()[-1], flush=True)
+        start = time.time()
+        _run("muzero.learner", [f"--env={args.env}", f"--dataset={dataset_id}", "--preset=offline",
+                                f"--max_train_steps={args.offline_steps}", f"--logdir={offline}"], env)
+        offline_minutes = (time.time() - start) / 60.0
+        offline_return = _mean_return(_run("muzero.eval", [f"--export_dir={offline}", "--episodes=20"], env))
+        with open(summary_path, "w") as f:
+            json.dump({"dataset_return": dataset_return, "offline_return": offline_return,
+                       "offline_minutes": offline_minutes}, f)
     print(f"dataset_return={dataset_return:.1f} offline_return={offline_return:.1f} "
           f"offline_minutes={offline_minutes:.1f}", flush=True)
     ratios = []
