@@ -253,7 +253,12 @@ class AtariVectorBatch(EnvBatch):
         return self._batch_step(obs, reward, terminated, truncated, ep_return, ep_length, final_obs)
 
     def close(self) -> None:
-        self._env.close()
+        # Dropping the reference frees ale-py's C++ vector env now: one still held at
+        # interpreter exit (a daemon thread's frame can keep the batch alive) makes nanobind
+        # print a screen of "leaked instance/type/function" lines.
+        if self._env is not None:
+            self._env.close()
+            self._env = None
 
 
 def make_batch(num_envs: int, seed: int = 0, vectorized: bool = True, **options) -> EnvBatch:

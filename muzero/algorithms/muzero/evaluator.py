@@ -49,6 +49,7 @@ class SavedModelPlayer:
         self._hidden = np.zeros((num_envs, search_config.num_nodes) + hidden, np.float32)
         self.input_dtype = np.dtype(self.spec["observation"]["dtype"])
         self.last_root_value: Optional[np.ndarray] = None  # set by act()
+        self.last_result = None   # act()'s SearchResult (root Q values, visits), for inspection
         self._policies: dict = {}   # in_tree_masks -> SearchPolicy (its tree workspace is reused)
 
     def _call(self, fn, **inputs) -> dict:
@@ -76,7 +77,7 @@ class SavedModelPlayer:
                 self.search_config.for_evaluation(), self.num_envs, self.num_actions, rng, evaluation=True,
                 in_tree_masks=in_tree_masks)
         policy.rng = rng
-        actions, _ = policy.act(root["value"], root["policy_logits"], legal_mask, to_play, recurrent_fn)
+        actions, self.last_result = policy.act(root["value"], root["policy_logits"], legal_mask, to_play, recurrent_fn)
         return actions
 
 
