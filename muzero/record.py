@@ -124,7 +124,8 @@ def _from_logdir(logdir: str, out: str) -> None:
     print(f"reading the replay of {checkpoint}", flush=True)
     episodes, skipped = builder.stored_episodes(checkpoint, settings, descriptor)
     if not episodes:
-        raise ValueError(f"{checkpoint}: its replay holds no whole episode ({skipped} partly evicted or recorded)")
+        raise ValueError(f"{checkpoint}: its replay holds no episode from its first step on ({skipped} skipped: "
+                         f"begun before the replay's oldest step, recorded from a dataset, or one open step)")
     path = dataset.write_dataset(out, episodes, descriptor, env=settings.env, env_options=settings.env_options,
                                  algorithm=builder.name, description=f"the replay of {checkpoint}")
     steps = sum(e.num_steps for e in episodes)
