@@ -69,8 +69,6 @@ def main(argv):
         raise ValueError(f"--steps={FLAGS.steps} must be >= 0 (0: --episodes decides)")
     if FLAGS.minari_root:
         os.environ["MINARI_DATASETS_PATH"] = os.path.abspath(FLAGS.minari_root)
-    import numpy as np
-
     from muzero import core, dataset
     from muzero.checkpoints import resolve_export
     dataset._minari()   # the extra is there before anything is played
@@ -93,16 +91,12 @@ def main(argv):
     path = dataset.write_dataset(FLAGS.out, episodes, collector.descriptor, env=collector.env,
                                  env_options=collector.env_options, algorithm=builder.name,
                                  description=f"{export_dir} played with epsilon {FLAGS.epsilon:g}")
-    steps = sum(e.num_steps for e in episodes)
-    returns = [float(np.sum(e.rewards)) for e in episodes]
-    print(f"episodes={len(episodes)} steps={steps} mean_return={np.mean(returns):.2f} "
-          f"random_moves={collector.random_actions / max(1, collector.steps):.3f} dataset={path}")
+    print(f"{_counts(episodes)} random_moves={collector.random_actions / max(1, collector.steps):.3f} "
+          f"dataset={path}")
 
 
 def _from_logdir(logdir: str, out: str) -> None:
     import json
-
-    import numpy as np
 
     import envs
     from muzero import checkpoints, dataset
@@ -128,10 +122,14 @@ def _from_logdir(logdir: str, out: str) -> None:
                          f"begun before the replay's oldest step, recorded from a dataset, or one open step)")
     path = dataset.write_dataset(out, episodes, descriptor, env=settings.env, env_options=settings.env_options,
                                  algorithm=builder.name, description=f"the replay of {checkpoint}")
-    steps = sum(e.num_steps for e in episodes)
+    print(f"{_counts(episodes)} skipped={skipped} dataset={path}")
+
+
+def _counts(episodes: list) -> str:
+    """``episodes= steps= mean_return=`` of what is written."""
+    import numpy as np
     returns = [float(np.sum(e.rewards)) for e in episodes]
-    print(f"episodes={len(episodes)} steps={steps} mean_return={np.mean(returns):.2f} skipped={skipped} "
-          f"dataset={path}")
+    return f"episodes={len(episodes)} steps={sum(e.num_steps for e in episodes)} mean_return={np.mean(returns):.2f}"
 
 
 def run():

@@ -192,8 +192,10 @@ class TrajectoryStore:
         leaves are the main tree's for positions with a reanalysed target (version >= 0)
         and 0 elsewhere (docs/REANALYSE.md).
       recorded_below: if set, positions of episodes whose id is <= this are recorded ones (a
-        dataset's, which carry negative ids) and a third sum tree, ``recorded_tree``, holds the
-        main tree's leaves for them and 0 elsewhere, so a sampler can draw a share from them.
+        dataset's, which carry negative ids; ``is_recorded``).
+      recorded_share: keep a third sum tree, ``recorded_tree``, whose leaves are the main
+        tree's for recorded positions and 0 elsewhere, so a sampler can draw a share from them
+        (needs ``recorded_below``).
       relink_steps: how many of the last stored steps before a link get the maximum
         priority again when the next segment of their episode arrives; the targets' n
         (``td_steps``), -1 for every stored step of the chain (Monte-Carlo targets), 0 for
@@ -202,7 +204,7 @@ class TrajectoryStore:
 
     def __init__(self, descriptor: EnvDescriptor, capacity: int, history: int,
                  priority_exponent: float, min_priority: float, reanalyse: bool = False,
-                 relink_steps: int = 0, recorded_below: Optional[int] = None):
+                 relink_steps: int = 0, recorded_below: Optional[int] = None, recorded_share: bool = False):
         c, a = int(capacity), int(descriptor.num_actions)
         self.descriptor = descriptor
         self.capacity = c
@@ -228,7 +230,9 @@ class TrajectoryStore:
         self.target_version = np.full(c, -1, np.int64) if reanalyse else None
         self.refreshed_tree = SumTree(c) if reanalyse else None
         self.recorded_below = None if recorded_below is None else int(recorded_below)
-        self.recorded_tree = SumTree(c) if recorded_below is not None else None
+        if recorded_share and recorded_below is None:
+            raise ValueError("recorded_share needs recorded_below: which episode ids are recorded ones")
+        self.recorded_tree = SumTree(c) if recorded_share else None
         self.head = 0          # global index of the next step to insert
         self.tail = 0          # global index of the oldest stored step
         self.seg_head = 0      # id of the next segment

@@ -79,8 +79,8 @@ class Replay:
                                       min_priority=replay_config.min_priority,
                                       reanalyse=target_config.reanalyse_fraction > 0,
                                       relink_steps=target_config.td_steps,
-                                      recorded_below=(DATASET_EPISODE_ID_BASE if replay_config.dataset_fraction > 0
-                                                      else None))
+                                      recorded_below=DATASET_EPISODE_ID_BASE,
+                                      recorded_share=replay_config.dataset_fraction > 0)
         # Reanalyse (docs/REANALYSE.md): rows of training batches meant for refreshed
         # positions, and positions the worker refreshed (not saved in snapshots).
         self.reanalyse_fraction = float(target_config.reanalyse_fraction)
@@ -332,7 +332,7 @@ class Replay:
         w = ``targets.recorded_action_weight``. Call with the lock held."""
         store, w = self._store, self.target_config.recorded_action_weight
         slot = np.maximum(policy_slot, 0)
-        recorded = (policy_slot >= 0) & (store.seg_episode[store.slot_segment[slot]] <= DATASET_EPISODE_ID_BASE)
+        recorded = (policy_slot >= 0) & store.is_recorded(slot)
         if not recorded.any():
             return target_policy
         mixed = np.array(target_policy, np.float32, copy=True)
