@@ -242,3 +242,23 @@ def test_mlp_hidden_bias_lets_the_representation_see_the_observations_size():
         shapes = [[v.shape.as_list() for v in make_network(descriptor, dataclasses.replace(TINY, mlp_bias=b), frames,
                                                             seed=1).trainable_variables] for b in (True, False)]
         assert shapes[0] == shapes[1]
+
+
+@pytest.mark.parametrize("kind", ["vector", "board"])
+def test_training_unroll_gives_what_the_inference_calls_give(networks, kind):
+    # The loss runs the prediction once on all K+1 hidden states stacked; each sample's
+    # logits must be those of ``initial`` then ``recurrent`` with its own actions.
+    from muzero.algorithms.muzero.network.loss import unroll
+    net = networks[kind]
+    observation = _observation(net, 3, seed=4)
+    actions = np.array([[0, 1], [1, 1], [2, 0]], np.int32) % net.num_actions
+    value, policy, reward, hiddens = unroll(net, tf.constant(observation), tf.constant(actions), 0.5)
+    out = net.initial(tf.constant(observation))
+    np.testing.assert_allclose(value[:, 0].numpy(), out["value_logits"].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(policy[:, 0].numpy(), out["policy_logits"].numpy(), rtol=1e-5, atol=1e-6)
+    for k in range(2):
+        out = net.recurrent(out["hidden_state"], tf.constant(actions[:, k]))
+        np.testing.assert_allclose(value[:, k + 1].numpy(), out["value_logits"].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(policy[:, k + 1].numpy(), out["policy_logits"].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(reward[:, k].numpy(), out["reward_logits"].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(hiddens[k].numpy(), out["hidden_state"].numpy(), rtol=1e-5, atol=1e-6)

@@ -82,3 +82,51 @@ def test_check_optimizer_names_the_bad_field(field, value, needle):
     with pytest.raises(ConfigError) as err:
         check_optimizer(dataclasses.replace(_Training(), **{field: value}), schedules=("constant", "linear"))
     assert needle in str(err.value)
+
+
+def test_layer_norm_gradient_by_hand():
+    # x = [0, 1, 2]: mean 1, variance 2/3, so x_hat = [-1, 0, 1] * sqrt(3/2). For the loss
+    # y[1] (the middle output) the incoming gradient is g = [0, 1, 0]: <g> = 1/3 and
+    # <g x_hat> = 0, so dx = sqrt(3/2) * ([0, 1, 0] - 1/3) = [-1, 2, -1] * sqrt(3/2) / 3;
+    # dscale = g * x_hat = [0, 0, 0] and doffset = g.
+    import numpy as np
+    import tensorflow as tf
+    from muzero.network.layers import layer_norm
+    x = tf.constant([[0.0, 1.0, 2.0]])
+    scale, offset = tf.Variable([1.0, 1.0, 1.0]), tf.Variable([0.0, 0.0, 0.0])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = layer_norm(x, scale, offset, 0.0)
+        loss = y[0, 1]
+    np.testing.assert_allclose(y.numpy(), [[-np.sqrt(1.5), 0.0, np.sqrt(1.5)]], rtol=1e-6)
+    dx, dscale, doffset = tape.gradient(loss, [x, scale, offset])
+    np.testing.assert_allclose(dx.numpy(), [[-np.sqrt(1.5) / 3, 2 * np.sqrt(1.5) / 3, -np.sqrt(1.5) / 3]],
+                               rtol=1e-6)
+    np.testing.assert_allclose(dscale.numpy(), [0.0, 0.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(doffset.numpy(), [0.0, 1.0, 0.0])
+
+
+def test_layer_norm_gradient_matches_the_plain_formula():
+    # The hand-written gradient against TensorFlow's autodiff of the plain expression, on a
+    # rank-4 input with a random scale and offset and a random downstream weighting.
+    import numpy as np
+    import tensorflow as tf
+    from muzero.network.layers import layer_norm
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(2, 3, 3, 5)).astype(np.float32))
+    scale = tf.Variable(rng.normal(size=5).astype(np.float32))
+    offset = tf.Variable(rng.normal(size=5).astype(np.float32))
+    weights = tf.constant(rng.normal(size=(2, 3, 3, 5)).astype(np.float32))
+
+    def plain(x):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + 1e-5) * scale + offset
+
+    grads = []
+    for fn in (plain, lambda x: layer_norm(x, scale, offset, 1e-5)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(weights * fn(x))
+        grads.append(tape.gradient(loss, [x, scale, offset]))
+    for reference, written in zip(*grads):
+        np.testing.assert_allclose(written.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)

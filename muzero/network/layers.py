@@ -56,8 +56,39 @@ class Conv2D(tf.Module):
         return y + self.b if self.b is not None else y
 
 
+def layer_norm(x: tf.Tensor, scale: tf.Tensor, offset: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """y = (x - mean) / sqrt(var + epsilon) * scale + offset over the last axis of ``x``.
+
+    The gradient is written out rather than left to autodiff, which builds about twice as
+    many ops for it (the training step of MinAtar's conv network runs 18 of these per
+    step): with x_hat the normalised input, inv = 1 / sqrt(var + epsilon), g the incoming
+    gradient, s = g * scale and <.> the mean over the last axis,
+
+        dx = inv * (s - <s> - x_hat * <s * x_hat>),  dscale = sum(g * x_hat),  doffset = sum(g)
+
+    (sums over every axis but the last).
+    """
+    @tf.custom_gradient
+    def forward(x, scale, offset):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        inv = tf.math.rsqrt(variance + epsilon)
+        x_hat = (x - mean) * inv
+
+        def gradient(g):
+            s = g * scale
+            dx = inv * (s - tf.reduce_mean(s, axis=-1, keepdims=True)
+                        - x_hat * tf.reduce_mean(s * x_hat, axis=-1, keepdims=True))
+            axes = list(range(x.shape.rank - 1))
+            return dx, tf.reduce_sum(g * x_hat, axis=axes), tf.reduce_sum(g, axis=axes)
+
+        return x_hat * scale + offset, gradient
+
+    return forward(x, scale, offset)
+
+
 class LayerNorm(tf.Module):
-    """Normalises the last axis to zero mean, unit variance, then scales and shifts."""
+    """Normalises the last axis to zero mean, unit variance, then scales and shifts
+    (``layer_norm``)."""
 
     def __init__(self, size: int, epsilon: float = 1e-5, name: Optional[str] = None):
         super().__init__(name=name)
@@ -67,8 +98,7 @@ class LayerNorm(tf.Module):
             self.offset = tf.Variable(tf.zeros([size]), name="offset")
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        return (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.scale + self.offset
+        return layer_norm(x, self.scale, self.offset, self.epsilon)
 
 
 class MLP(tf.Module):

@@ -1,7 +1,8 @@
 """The MuZero training loss over one initial and K recurrent steps, and a train step.
 
-For every sampled position the network is unrolled: ``initial`` on the observation,
-then ``recurrent`` with the K stored actions. At each step t = 0..K the value, reward
+For every sampled position the network is unrolled: the representation on the
+observation, then the dynamics with the K stored actions, and the prediction on each of
+the K+1 hidden states (``initial`` then K ``recurrent`` calls, batched). At each step t = 0..K the value, reward
 (t >= 1) and policy predictions are scored by cross-entropy against the replay's
 targets (values and rewards two-hot encoded over their supports):
 
@@ -149,27 +150,27 @@ def _checked_targets(network, batch: dict, cfg: TrainingConfig) -> dict:
 
 def unroll(network, observation: tf.Tensor, actions: tf.Tensor, hidden_gradient_scale: float,
            n_forward: Optional[tf.Tensor] = None) -> tuple:
-    """One ``initial`` on the observation, then K ``recurrent`` steps with ``actions``
-    [B, K], the gradient into each recurrent step's hidden state scaled by
-    ``hidden_gradient_scale``. Returns value logits [B, K+1, V], policy logits [B, K+1, A],
+    """The representation on the observation, then K dynamics steps with ``actions`` [B, K],
+    the gradient into each step's hidden state scaled by ``hidden_gradient_scale``; the
+    prediction runs once on all K+1 hidden states stacked ([(K+1) B, ...]: one call with
+    K+1 times the batch costs less than K+1 calls, and gives what ``initial`` then K
+    ``recurrent`` calls give). Returns value logits [B, K+1, V], policy logits [B, K+1, A],
     reward logits [B, K, R] (None when K = 0) and the K predicted hidden states."""
-    skip = {} if n_forward is None else {"n_forward": n_forward}
-    out = network.initial(observation, **skip)
-    value_logits = [out["value_logits"]]
-    policy_logits = [out["policy_logits"]]
+    hidden = network.encode(observation, n_forward)
+    hiddens = [hidden]
     reward_logits = []
-    predicted_hidden = []
-    hidden = out["hidden_state"]
     for k in range(actions.shape[1]):
         hidden = scale_gradient(hidden, hidden_gradient_scale)
-        out_k = network.recurrent(hidden, actions[:, k], **skip)
-        value_logits.append(out_k["value_logits"])
-        policy_logits.append(out_k["policy_logits"])
-        reward_logits.append(out_k["reward_logits"])
-        hidden = out_k["hidden_state"]
-        predicted_hidden.append(hidden)
-    return (tf.stack(value_logits, axis=1), tf.stack(policy_logits, axis=1),
-            tf.stack(reward_logits, axis=1) if reward_logits else None, predicted_hidden)
+        hidden, rewards = network.transition(hidden, actions[:, k], n_forward)
+        hiddens.append(hidden)
+        reward_logits.append(rewards)
+    policy_logits, value_logits = network.prediction(tf.concat(hiddens, axis=0))
+
+    def by_sample(x):   # [(K+1) B, N], step-major -> [B, K+1, N]
+        return tf.transpose(tf.reshape(x, [len(hiddens), -1, x.shape[-1]]), [1, 0, 2])
+
+    return (by_sample(value_logits), by_sample(policy_logits),
+            tf.stack(reward_logits, axis=1) if reward_logits else None, hiddens[1:])
 
 
 def compute_loss(network, batch: dict, training_config: TrainingConfig,

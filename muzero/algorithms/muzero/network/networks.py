@@ -383,8 +383,7 @@ class MuZeroNetwork(tf.Module):
         ``n_forward`` (training only): a float scalar tensor from ``draw_n_forward``; the
         representation's torso block i runs when i < n_forward. None runs every block.
         """
-        hidden = (self.representation(observation) if n_forward is None
-                  else self.representation(observation, n_forward))
+        hidden = self.encode(observation, n_forward)
         out = self._predict(hidden)
         batch = tf.shape(observation)[0]
         out["reward"] = tf.zeros([batch], tf.float32)
@@ -394,12 +393,21 @@ class MuZeroNetwork(tf.Module):
     def recurrent(self, hidden_state: tf.Tensor, action: tf.Tensor, n_forward=None) -> dict:
         """(hidden [B, *hidden_shape], action [B] int32) -> output dict; ``n_forward`` as in
         ``initial`` (the dynamics' torso blocks)."""
-        next_hidden, reward_logits = (self.dynamics(hidden_state, action) if n_forward is None
-                                      else self.dynamics(hidden_state, action, n_forward))
+        next_hidden, reward_logits = self.transition(hidden_state, action, n_forward)
         out = self._predict(next_hidden)
         out["reward_logits"] = reward_logits
         out["reward"] = tf_logits_to_scalar(reward_logits, self.reward_support)
         return out
+
+    def encode(self, observation: tf.Tensor, n_forward=None) -> tf.Tensor:
+        """The representation alone: observation [B, *input_shape] -> hidden [B, *hidden_shape]."""
+        return (self.representation(observation) if n_forward is None
+                else self.representation(observation, n_forward))
+
+    def transition(self, hidden_state: tf.Tensor, action: tf.Tensor, n_forward=None) -> tuple:
+        """The dynamics alone: (hidden, action [B]) -> (next hidden, reward logits [B, R])."""
+        return (self.dynamics(hidden_state, action) if n_forward is None
+                else self.dynamics(hidden_state, action, n_forward))
 
     def _predict(self, hidden: tf.Tensor) -> dict:
         policy_logits, value_logits = self.prediction(hidden)
