@@ -304,6 +304,8 @@ class Builder(abc.ABC):
     presets: dict = {}
     # Whether the learner trains data parallel on several devices (--learner_devices).
     multi_device: bool = False
+    # Whether the service hands env ids to remote actors on request (--remote_envs).
+    leases_env_ids: bool = False
     # The network parts ``--trainable_parts`` may name for fine-tuning (empty: the learner
     # trains its whole model and refuses the flag).
     trainable_parts: tuple = ()

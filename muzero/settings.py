@@ -64,6 +64,10 @@ class RunSettings:
     # Devices the learner trains on: 1, or N > 1 for data parallelism over the first N GPUs
     # (tf.distribute.MirroredStrategy); without GPUs, N logical CPU devices.
     learner_devices: int = 1
+    # Env ids the learner hands out to actors started by hand on other machines, which ask
+    # for them when they connect (step-streaming algorithms; MuZero's remote actors lease
+    # slots of its latent cache instead, service.cache_slots). 0: only the learner's actors.
+    remote_envs: int = 0
 
     def __post_init__(self):
         checks = {"num_actors": (self.num_actors, 0), "envs_per_actor": (self.envs_per_actor, 1),
@@ -74,7 +78,8 @@ class RunSettings:
                   "summary_every_steps": (self.summary_every_steps, 1), "seed": (self.seed, 0),
                   "ray_max_restarts": (self.ray_max_restarts, -1), "learner_devices": (self.learner_devices, 1),
                   "keep_exports": (self.keep_exports, 0),
-                  "export_every_env_steps": (self.export_every_env_steps, 0)}
+                  "export_every_env_steps": (self.export_every_env_steps, 0),
+                  "remote_envs": (self.remote_envs, 0)}
         for name, (value, lo) in checks.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")

@@ -352,3 +352,15 @@ def test_r2d2_trains_checkpoints_resumes_exports_and_refuses_continuous_actions(
     assert "r2d2" in lines[0] and "Box(-2, 2, (1,))" in lines[0]
     if "sac" in algorithms.names():
         assert "sac" in lines[0]
+
+
+def test_remote_env_ids_take_the_rungs_after_the_local_training_envs():
+    # 2 local training envs (ids 0, 1), 1 evaluation env (id 2) and 2 remote ids (3, 4): a
+    # ladder of 4 rungs 0.4 ** (1 + 7 i / 3); remote id 3 takes rung 2 and id 4 rung 3;
+    # the evaluation id, ids outside every range and evaluation rows take eval_epsilon.
+    from muzero.algorithms.r2d2.config import R2D2ActingConfig
+    from muzero.algorithms.r2d2.learning import R2D2Policy
+    policy = R2D2Policy(_network(), 2, R2D2ActingConfig(eval_epsilon=0.001), seed=1, remote_base=3, num_remote=2)
+    rungs = [0.4 ** (1 + 7 * i / 3) for i in range(4)]
+    eps = policy.epsilons(np.array([0, 1, 2, 3, 4, 5, 4]), np.array([False] * 6 + [True]))
+    np.testing.assert_allclose(eps, [rungs[0], rungs[1], 0.001, rungs[2], rungs[3], 0.001, 0.001])

@@ -62,14 +62,15 @@ class FakePolicy:
 class Harness:
     def __init__(self, num_train=2, num_eval=0, unroll_length=3, overlap=1, max_batch=16,
                  max_wait_ms=1.0, sink=None, policy=None, obs_size=2, num_actions=3,
-                 store_final_observations=False):
+                 store_final_observations=False, num_remote=0, lease_timeout_s=60.0):
         self.policy = policy or FakePolicy(obs_size, num_actions)
         self.context = core.RunContext()
         self.unrolls = []
         self.service = StepStreamingService(
             self.policy, num_train_envs=num_train, num_eval_envs=num_eval, unroll_length=unroll_length,
             overlap=overlap, sink=sink or self._collect, context=self.context, max_batch=max_batch,
-            max_wait_ms=max_wait_ms, store_final_observations=store_final_observations)
+            max_wait_ms=max_wait_ms, store_final_observations=store_final_observations,
+            num_remote_envs=num_remote, lease_timeout_s=lease_timeout_s)
         self.server = BatchingServer(ServerConfig())
         self.service.bind(self.server)
         self.server.start()
@@ -617,3 +618,150 @@ def test_unrolls_keep_the_observation_an_episode_ended_on(harness_factory):
     u = h.unrolls[0]
     np.testing.assert_array_equal(u["observation"][:, 0], [1, 2, 3])
     np.testing.assert_array_equal(u["final_observation"], [[1, 0], [7, 7], [8, 8]])
+
+
+# -- env ids leased to remote actors ---------------------------------------------------------------
+
+def _register(h, num_envs, actor_id, evaluation=False, run_id=11):
+    ids, lease, _ = h.client.register_envs(num_envs, actor_id, run_id, evaluation)
+    return ids.tolist(), lease
+
+
+def _leased_step(h, env_ids, lease, run_id, obs, rewards=None):
+    b = len(env_ids)
+    return h.client.inference(env_ids, run_id, np.zeros(b) if rewards is None else rewards, np.zeros(b, bool),
+                              np.zeros(b, bool), np.asarray(obs, np.float32), lease=lease)[0]
+
+
+def test_remote_env_ids_are_leased_checked_and_given_back(harness_factory):
+    # Local ids: training 0, 1 and evaluation 2; the remote range is 3..6.
+    h = harness_factory(num_train=2, num_eval=1, num_remote=4, unroll_length=2, overlap=0)
+    info = h.client.info()
+    assert info["num_remote_envs"] == 4
+    ids, lease = _register(h, 3, actor_id=7)
+    assert ids == [3, 4, 5]
+    with pytest.raises(ServerError) as e:                      # one id is left
+        _register(h, 2, actor_id=8)
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "num_envs=2 exceeds the 1 free remote env ids (num_remote_envs=4, 1 live leases)" in str(e.value)
+    with pytest.raises(ServerError, match="env id 3 is a remote env id"):
+        h.step([3], 5, [[1, 0]])                               # no lease
+    with pytest.raises(ServerError, match="env id 6 is not held by lease"):
+        _leased_step(h, [5, 6], lease, 5, [[1, 0], [1, 0]])
+    with pytest.raises(ServerError, match="env id 0 is not a remote env id"):
+        _leased_step(h, [0, 3], lease, 5, [[1, 0], [1, 0]])
+    # Three calls of the leased training envs: one unroll of 3 steps each (unroll_length 2),
+    # observation [10 + t, env id]; call 0 starts the run (its reward is ignored).
+    for t in range(3):
+        _leased_step(h, ids, lease, 5, [[10 + t, e] for e in ids], rewards=[1.0] * 3)
+    assert sorted(int(u["env_id"]) for u in h.unrolls) == [3, 4, 5]
+    u = next(u for u in h.unrolls if int(u["env_id"]) == 4)
+    np.testing.assert_array_equal(u["observation"], [[10, 4], [11, 4], [12, 4]])
+    np.testing.assert_array_equal(u["reward"], [0.0, 1.0, 1.0])
+    assert h.context.env_steps == 6
+    # Released: the lease's calls are refused with its tag, and its ids serve the next actor,
+    # here as evaluation envs (no unrolls; the policy is told evaluation=True).
+    assert h.client.release_envs(lease) and not h.client.release_envs(lease)
+    with pytest.raises(ServerError) as e:
+        _leased_step(h, ids, lease, 5, [[1, 0]] * 3)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and e.value.tag == "lease-released"
+    ids2, lease2 = _register(h, 2, actor_id=8, evaluation=True)
+    assert ids2 == [3, 4]
+    before = len(h.unrolls)
+    for t in range(4):
+        _leased_step(h, ids2, lease2, 9, [[0, 0]] * 2)
+    assert len(h.unrolls) == before and h.policy.acts[-1][4].tolist() == [True, True]
+    stats = h.service.stats()
+    assert stats["streaming/live_leases"] == 1 and stats["streaming/free_remote_envs"] == 2
+    assert stats["streaming/remote_registrations"] == 2
+
+
+def test_an_unused_lease_expires_and_frees_its_env_ids(harness_factory):
+    h = harness_factory(num_train=0, num_eval=0, num_remote=2, lease_timeout_s=0.3)
+    ids, lease = _register(h, 2, actor_id=1)
+    _leased_step(h, ids, lease, 3, [[0, 0]] * 2)
+    time.sleep(0.5)
+    with pytest.raises(ServerError) as e:
+        _leased_step(h, ids, lease, 3, [[0, 0]] * 2)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and e.value.tag == "lease-expired"
+    assert _register(h, 2, actor_id=2)[0] == [0, 1]
+
+
+def test_register_envs_without_remote_ids_names_the_flag(harness_factory):
+    h = harness_factory(num_train=2)
+    with pytest.raises(ServerError, match="num_remote_envs=0.*--remote_envs=N"):
+        _register(h, 1, actor_id=1)
+
+
+def test_leased_thin_actor_registers_again_when_its_lease_ends(harness_factory):
+    h = harness_factory(num_train=2, num_eval=0, num_remote=4, unroll_length=4, overlap=0, obs_size=4,
+                        num_actions=2)
+    stop = threading.Event()
+    settings = StreamingActorSettings(server=h.address, env="cartpole", num_envs=4, env_id_base=None, actor_id=3,
+                                      client_config=ClientConfig(connect_timeout_s=5, backoff_initial_s=0.05))
+    errors = []
+
+    def run():
+        try:
+            run_streaming_actor(settings, stop_event=stop)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while h.service.stats()["streaming/remote_registrations"] < 1 or len(h.unrolls) < 4:
+        assert time.monotonic() < deadline, "the leased actor made no unrolls"
+        time.sleep(0.05)
+    # The learner ends the lease (as a timeout would): the actor registers again and goes on.
+    (lease,) = list(h.service.leases._leases)
+    h.service.leases.release(lease)
+    while h.service.stats()["streaming/remote_registrations"] < 2:
+        assert time.monotonic() < deadline, "the actor did not register again"
+        time.sleep(0.05)
+    steps = h.context.env_steps
+    while h.context.env_steps < steps + 40:
+        assert time.monotonic() < deadline, "the actor stopped acting after registering again"
+        time.sleep(0.05)
+    stop.set()
+    thread.join(10)
+    assert not errors, errors
+    assert {int(u["env_id"]) for u in h.unrolls} <= {2, 3, 4, 5}     # only the remote range
+    assert h.service.stats()["streaming/live_leases"] == 0           # released when it stopped
+
+
+def test_command_line_thin_actor_asks_for_env_ids(harness_factory):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    h = harness_factory(num_train=2, num_eval=0, num_remote=4, unroll_length=4, overlap=0, obs_size=4,
+                        num_actions=2)
+    ok = subprocess.run([sys.executable, "-m", "muzero.actor", "--algo=vtrace", f"--server={h.address}",
+                         "--env=cartpole", "--envs_per_actor=4", "--max_env_steps=40"],
+                        capture_output=True, text=True, cwd=root, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "leased from the learner" in ok.stdout and "leased env ids 2..5" in ok.stdout
+    assert {int(u["env_id"]) for u in h.unrolls} == {2, 3, 4, 5}
+    too_many = subprocess.run([sys.executable, "-m", "muzero.actor", "--algo=vtrace", f"--server={h.address}",
+                               "--env=cartpole", "--envs_per_actor=8", "--max_env_steps=40"],
+                              capture_output=True, text=True, cwd=root, env=env, timeout=120)
+    assert too_many.returncode == 2
+    assert too_many.stderr.strip().splitlines()[-1] == (
+        "error: num_envs=8 exceeds the learner's 4 remote env ids: start the learner with --remote_envs=8 or "
+        "more, or give this actor --env_id_base for ids of the learner's own actors")
+
+
+def test_remote_envs_checks():
+    import dataclasses
+    from muzero import algorithms
+    from muzero.config import ConfigError
+    vtrace, mz = algorithms.get("vtrace"), algorithms.get("muzero")
+    base = vtrace.default_settings("cartpole")
+    none = dataclasses.replace(base, num_actors=0, num_eval_actors=0)
+    with pytest.raises(ConfigError, match="has no env to act in: add --remote_envs=N"):
+        algorithms.check_remote_envs(vtrace, none)
+    algorithms.check_remote_envs(vtrace, dataclasses.replace(none, remote_envs=64))
+    with pytest.raises(ConfigError, match="lease slots of its latent cache"):
+        algorithms.check_remote_envs(mz, dataclasses.replace(mz.default_settings("cartpole"), remote_envs=8))
+    with pytest.raises(ConfigError, match="remote_envs=-1"):
+        dataclasses.replace(base, remote_envs=-1)

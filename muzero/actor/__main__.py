@@ -40,8 +40,9 @@ flags.DEFINE_string("config", None, "The learner's config.json; overrides --env/
 flags.DEFINE_integer("envs_per_actor", None, "Envs stepped in lockstep (default: the config's, or per env).")
 flags.DEFINE_multi_string("set", [], "Override a config field as the learner's --set does: section.field=value. "
                           "Search and target settings must match the learner's. Repeatable.")
-flags.DEFINE_integer("env_id_base", 0, "Streaming algos: server env id of this actor's first env (ids "
-                     "env_id_base .. env_id_base + envs_per_actor - 1 must belong to no other actor).")
+flags.DEFINE_integer("env_id_base", None, "Streaming algos: server env id of this actor's first env (ids "
+                     "env_id_base .. env_id_base + envs_per_actor - 1 of the learner's own actors, belonging "
+                     "to no other actor). Default: ask the learner for ids of its --remote_envs.")
 flags.DEFINE_integer("actor_id", 1000, "Id of this actor (distinct per actor; local actors use 0..N-1).")
 flags.DEFINE_integer("seed", 0, "Seed of envs, noise and action sampling.")
 flags.DEFINE_boolean("evaluation", False, "Greedy evaluation actor: temperature 0, no root noise, no segments.")

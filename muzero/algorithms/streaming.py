@@ -18,12 +18,28 @@ Methods, on service ``muzero.Streaming`` (``STREAMING_SERVICE``) of a
   ended (truncated, and terminated where the actor sends it; rows of other envs are
   ignored). Response: ``actions`` [B, *action_shape] (action dtype),
   ``weights_version`` i64.
-* ``stream_info`` (unary, no fields): ``num_train_envs``, ``num_eval_envs``,
+* ``register_envs`` (unary): ``num_envs``, ``actor_id``, ``run_id`` (i64 scalars),
+  ``evaluation`` (bool scalar) -> ``env_ids`` i32 [num_envs], ``lease`` i64,
+  ``lease_timeout_s`` f64: env ids of the remote range (``num_remote_envs``, after the
+  local training and evaluation ids) for an actor the learner did not start. A lease is a
+  ``muzero.rpc.leases.LeaseTable`` lease over those ids (the rules of MuZero's cache leases:
+  same actor id and run re-registering replaces its lease, another run of a busy actor id
+  is told to retry, at most ``max_batch`` ids per lease); its ``inference`` calls carry it,
+  and it ends when unused for ``lease_timeout_s`` or released, which frees the ids for the
+  next actor. Refused with RESOURCE_EXHAUSTED when too few remote ids are free.
+* ``release_envs`` (unary): ``lease`` -> ``released`` bool.
+* ``stream_info`` (unary, no fields): ``num_train_envs``, ``num_eval_envs``, ``num_remote_envs``,
   ``observation_shape`` i64 [k], ``observation_dtype`` u8 (wire dtype code),
   ``action_shape`` i64 [k] (empty for discrete actions), ``action_dtype`` u8,
   ``action_low`` / ``action_high`` f32 [d] (continuous actions: the bounds the service
   clips into; empty for discrete ones), ``num_actions``, ``unroll_length``, ``overlap``,
-  ``weights_version``, ``max_batch`` (i64 scalars unless said otherwise).
+  ``weights_version``, ``max_batch`` (i64 scalars unless said otherwise), ``lease_timeout_s``
+  (f64).
+
+``inference`` rows name either local env ids only (no ``lease`` field) or ids of the
+remote range only, all owned by the ``lease`` the request carries (i64; a lease that is
+not live fails the call with FAILED_PRECONDITION and its ``lease-*`` tag: register again).
+Whether a remote env trains or evaluates is its lease's ``evaluation``.
 
 Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
 
@@ -36,7 +52,7 @@ Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
 2. Otherwise the row's reward/terminated/truncated describe the transition into this
    observation: they add to the running episode return and length; on terminated or
    truncated the finished episode's (return, length) goes to ``context.episodes``
-   (training or evaluation by env id), and the recurrent state, previous action and
+   (training or evaluation by env id, or by the lease), and the recurrent state, previous action and
    previous reward reset before acting on the (already reset) observation.
 3. ``policy.act`` runs once for the whole batch (under ``model_lock``) with
    ``prev_reward`` = the reward just received (0 at an episode's start),
@@ -47,7 +63,8 @@ Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
    (a diverged network) is never sent: the batch fails with FAILED_PRECONDITION (tag
    ``nonfinite-action``, counted as ``nonfinite_batches``) before any step of it is
    recorded as acted on, and its actors start over under new run ids.
-4. Training envs (ids ``[0, num_train_envs)``) append one step to their unroll; an
+4. Training envs (ids ``[0, num_train_envs)`` and remote ids leased for training) append
+   one step to their unroll; an
    unroll of ``overlap + unroll_length + 1`` steps is emitted and the next one starts
    with its last ``overlap + 1`` steps. With ``store_final_observations`` the unroll also
    holds ``final_observation`` [L, *obs]: at a step whose transition ended an episode, the
@@ -84,11 +101,12 @@ import numpy as np
 from muzero import core
 from muzero.algorithms.streaming_actor import ENV_ID_CLASH, NONFINITE_ACTION, STREAMING_SERVICE
 from muzero.rpc import checks, wire
+from muzero.rpc.leases import LeaseTable
 from muzero.rpc.server import BatchingServer, Prepared, RequestError, invalid
 
 _LOG = logging.getLogger(__name__)
 _REQUIRED = ("env_ids", "run_ids", "rewards", "terminated", "truncated", "observations")
-_OPTIONAL = ("final_observations",)
+_OPTIONAL = ("final_observations", "lease")
 _RESERVED = ("observation", "reward", "terminated", "truncated", "bootstrap_value", "action",
              "env_id", "final_observation")
 
@@ -164,6 +182,9 @@ class StepStreamingService(core.InferenceService):
       num_train_envs: envs with ids [0, num_train_envs): build unrolls, count env steps.
       num_eval_envs: envs with the next ids: act with evaluation=True, no unrolls; their
         episodes are evaluation episodes.
+      num_remote_envs: env ids after those, handed to remote actors by ``register_envs``
+        (training or evaluation per lease); 0 = none.
+      lease_timeout_s: a remote lease unused this long ends and frees its env ids.
       unroll_length: T; unrolls hold ``overlap + T + 1`` steps.
       overlap: steps shared by consecutive unrolls beyond SEED's one (burn-in); >= 0.
       sink: ``sink(unroll: dict) -> bool`` receives each finished unroll (its own arrays,
@@ -176,21 +197,31 @@ class StepStreamingService(core.InferenceService):
 
     def __init__(self, policy, *, num_train_envs: int, num_eval_envs: int, unroll_length: int,
                  overlap: int, sink: Callable[[dict], bool], context: core.RunContext,
-                 max_batch: int = 1024, max_wait_ms: float = 2.0, store_final_observations: bool = False):
+                 max_batch: int = 1024, max_wait_ms: float = 2.0, store_final_observations: bool = False,
+                 num_remote_envs: int = 0, lease_timeout_s: float = 60.0):
         for name, value, lo in (("num_train_envs", num_train_envs, 0), ("num_eval_envs", num_eval_envs, 0),
+                                ("num_remote_envs", num_remote_envs, 0),
                                 ("unroll_length", unroll_length, 1), ("overlap", overlap, 0),
                                 ("max_batch", max_batch, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
                 raise ValueError(f"StepStreamingService: {name}={value!r} must be an integer >= {lo}")
-        if num_train_envs + num_eval_envs < 1:
-            raise ValueError("StepStreamingService: num_train_envs + num_eval_envs must be >= 1")
+        if num_train_envs + num_eval_envs + num_remote_envs < 1:
+            raise ValueError("StepStreamingService: num_train_envs + num_eval_envs + num_remote_envs must be >= 1")
+        if not 0 < float(lease_timeout_s) <= 1e9:
+            raise ValueError(f"StepStreamingService: lease_timeout_s={lease_timeout_s!r} must be in (0, 1e9]")
         if not 0 <= float(max_wait_ms) <= 60_000:
             raise ValueError(f"StepStreamingService: max_wait_ms={max_wait_ms!r} must be in [0, 60000]")
         if not callable(sink):
             raise ValueError(f"StepStreamingService: sink={sink!r} is not callable")
         self.policy = policy
         self.num_train_envs, self.num_eval_envs = int(num_train_envs), int(num_eval_envs)
-        self.num_envs = self.num_train_envs + self.num_eval_envs
+        self.num_remote_envs = int(num_remote_envs)
+        self.remote_base = self.num_train_envs + self.num_eval_envs     # first remote env id
+        self.num_envs = self.remote_base + self.num_remote_envs
+        self.lease_timeout_s = float(lease_timeout_s)
+        self.leases = LeaseTable(self.num_remote_envs, 1, self.lease_timeout_s,
+                                 max_lease_slots=max(1, min(self.num_remote_envs, int(max_batch))),
+                                 unit="remote env ids", size_name="num_remote_envs")
         self.unroll_length, self.overlap = int(unroll_length), int(overlap)
         self.length = self.overlap + self.unroll_length + 1          # L, steps per unroll
         self.max_batch, self.max_wait_ms = int(max_batch), float(max_wait_ms)
@@ -223,7 +254,14 @@ class StepStreamingService(core.InferenceService):
                 raise ValueError(f"policy: action bounds must be finite with low < high; got "
                                  f"{self.action_low.tolist()} and {self.action_high.tolist()}")
 
-        n, nt, L = self.num_envs, self.num_train_envs, self.length
+        n, L = self.num_envs, self.length
+        # Training rows of the unroll buffers: the local training envs, then the remote envs.
+        nt = self.num_train_envs + self.num_remote_envs
+        self._row = np.full(n, -1, np.int64)                      # env id -> unroll row (-1: none)
+        self._row[:self.num_train_envs] = np.arange(self.num_train_envs)
+        self._row[self.remote_base:] = self.num_train_envs + np.arange(self.num_remote_envs)
+        self._train = np.zeros(n, bool)                           # env id -> builds unrolls
+        self._train[:self.num_train_envs] = True
         # -- per-env state [N, ...]
         self._run_id = np.zeros(n, np.int64)                       # 0: never seen
         self._init_state = {k: checks.to_numpy(v).copy() for k, v in policy.initial_state(n).items()}
@@ -240,7 +278,7 @@ class StepStreamingService(core.InferenceService):
         self._seen = np.zeros(n, bool)
 
         self.output_spec = self._probe()
-        # -- partial unrolls [Nt, L, ...] of the training envs
+        # -- partial unrolls [Nt, L, ...] of the training rows
         self._buf = {"observation": np.zeros((nt, L, *self.observation_shape), self.observation_dtype),
                      "reward": np.zeros((nt, L), np.float32),
                      "terminated": np.zeros((nt, L), bool),
@@ -266,7 +304,7 @@ class StepStreamingService(core.InferenceService):
             ("unrolls_emitted", "unrolls_delivered", "unrolls_dropped", "sink_errors",
              "abandoned_episodes", "run_starts", "episodes_train", "episodes_eval",
              "steps_train", "steps_eval", "rejected_requests", "clipped_actions",
-             "nonfinite_batches"), 0)
+             "nonfinite_batches", "remote_registrations"), 0)
 
     # -- policy checks ---------------------------------------------------------------------------
     def _probe(self) -> dict:
@@ -311,6 +349,8 @@ class StepStreamingService(core.InferenceService):
     # -- InferenceService -------------------------------------------------------------------------
     def bind(self, server: BatchingServer) -> BatchingServer:
         server.bind_unary("stream_info", self._stream_info, service=STREAMING_SERVICE)
+        server.bind_unary("register_envs", self._register_envs, service=STREAMING_SERVICE)
+        server.bind_unary("release_envs", self._release_envs, service=STREAMING_SERVICE)
         server.bind_batched("inference", self._prepare, self._run, self.max_batch, self.max_wait_ms,
                             service=STREAMING_SERVICE)
         self.server = server
@@ -330,8 +370,9 @@ class StepStreamingService(core.InferenceService):
         episodes_eval, steps_train / steps_eval (transitions received), rejected_requests
         (requests failed inside a batch: an env id named by two requests of one batch),
         clipped_actions (continuous action rows clipped into the bounds), nonfinite_batches
-        (batches refused because the policy returned a non-finite action);
-        plus ``streaming/weights_version`` and ``streaming/partial_unroll_steps``."""
+        (batches refused because the policy returned a non-finite action), remote_registrations
+        (leases granted); plus ``streaming/weights_version``, ``streaming/partial_unroll_steps``,
+        ``streaming/live_leases`` and ``streaming/free_remote_envs``."""
         out = self.server.stats(reset) if self.server is not None else {}
         with self._stats_lock:
             for k, v in self._counters.items():
@@ -340,6 +381,8 @@ class StepStreamingService(core.InferenceService):
                 self._counters = dict.fromkeys(self._counters, 0)
         out["streaming/weights_version"] = self.weights_version
         out["streaming/partial_unroll_steps"] = int(self._fill.sum())
+        out["streaming/live_leases"] = self.leases.num_active
+        out["streaming/free_remote_envs"] = self.leases.free_slots
         return out
 
     def close(self) -> None:
@@ -353,6 +396,8 @@ class StepStreamingService(core.InferenceService):
         checks.check_fields("stream_info", t, ())
         return {"num_train_envs": np.int64(self.num_train_envs),
                 "num_eval_envs": np.int64(self.num_eval_envs),
+                "num_remote_envs": np.int64(self.num_remote_envs),
+                "lease_timeout_s": np.float64(self.lease_timeout_s),
                 "observation_shape": np.array(self.observation_shape, np.int64),
                 "observation_dtype": np.uint8(wire.dtype_code(self.observation_dtype)),
                 "action_shape": np.array(self.action_shape, np.int64),
@@ -366,6 +411,54 @@ class StepStreamingService(core.InferenceService):
                 "overlap": np.int64(self.overlap),
                 "weights_version": np.int64(self.weights_version),
                 "max_batch": np.int64(self.max_batch)}
+
+    def _register_envs(self, t: dict, context) -> dict:
+        m = "register_envs"
+        checks.check_fields(m, t, ("num_envs", "actor_id", "run_id", "evaluation"))
+        if self.num_remote_envs == 0:
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"{m}: this learner hands out no env ids (num_remote_envs=0); start it "
+                               "with --remote_envs=N, or give the actor --env_id_base for ids of the "
+                               "learner's own --num_actors")
+        num_envs = checks.scalar_int(m, t, "num_envs", -2**63, 2**63 - 1)
+        actor_id = checks.scalar_int(m, t, "actor_id", -2**63, 2**63 - 1)
+        run_id = checks.scalar_int(m, t, "run_id", -2**63, 2**63 - 1)
+        evaluation = t["evaluation"]
+        if evaluation.shape != () or evaluation.dtype != np.dtype(bool):
+            raise invalid(f"{m}: evaluation must be a 0-d bool tensor, got dtype {evaluation.dtype} "
+                          f"shape {list(evaluation.shape)}")
+        lease = self.leases.register(actor_id, run_id, num_envs, 1)
+        ids = (self.remote_base + lease.slots).astype(np.int32)
+        # The ids' per-env state resets on their first call (the new run id differs).
+        self._train[ids] = not bool(evaluation)
+        with self._stats_lock:
+            self._counters["remote_registrations"] += 1
+        return {"env_ids": ids, "lease": np.int64(lease.lease_id),
+                "lease_timeout_s": np.float64(self.lease_timeout_s)}
+
+    def _release_envs(self, t: dict, context) -> dict:
+        checks.check_fields("release_envs", t, ("lease",))
+        lease_id = checks.scalar_int("release_envs", t, "lease", -2**63, 2**63 - 1)
+        return {"released": np.bool_(self.leases.release(lease_id))}
+
+    def _check_owner(self, m: str, t: dict, env_ids: np.ndarray) -> None:
+        """Local ids without a lease, or remote ids all owned by the request's live lease."""
+        remote = env_ids >= self.remote_base
+        if "lease" not in t:
+            if remote.any():
+                e = int(env_ids[remote][0])
+                raise invalid(f"{m}: env id {e} is a remote env id (from {self.remote_base}); "
+                              "its calls carry the lease register_envs granted")
+            return
+        lease_id = checks.scalar_int(m, t, "lease", -2**63, 2**63 - 1)
+        lease = self.leases.get(lease_id)            # FAILED_PRECONDITION when not live
+        if not remote.all():
+            raise invalid(f"{m}: env id {int(env_ids[~remote][0])} is not a remote env id; a call with a "
+                          "lease names only the ids its lease holds")
+        owner = self.leases.owners(env_ids - self.remote_base)
+        if (owner != lease.lease_id).any():
+            e = int(env_ids[owner != lease.lease_id][0])
+            raise invalid(f"{m}: env id {e} is not held by lease {lease_id}")
 
     # -- batched inference ---------------------------------------------------------------------------
     def _prepare(self, t: dict, context) -> Prepared:
@@ -384,7 +477,8 @@ class StepStreamingService(core.InferenceService):
         if lo < 0 or hi >= self.num_envs:
             raise invalid(f"{m}: env_ids holds {lo if lo < 0 else hi}, out of range "
                           f"[0, {self.num_envs - 1}] (num_train_envs={self.num_train_envs}, "
-                          f"num_eval_envs={self.num_eval_envs})")
+                          f"num_eval_envs={self.num_eval_envs}, num_remote_envs={self.num_remote_envs})")
+        self._check_owner(m, t, env_ids)
         if b > 1:
             ids = np.sort(env_ids)
             same = ids[1:] == ids[:-1]
@@ -475,8 +569,7 @@ class StepStreamingService(core.InferenceService):
     def _step(self, x: dict) -> tuple:
         """Rows ``x`` (env ids unique) -> (actions [B, *act], finished unrolls, weights version)."""
         env = x["env_ids"].astype(np.intp)
-        nt = self.num_train_envs
-        train = env < nt
+        train = self._train[env]
         first = self._run_id[env] != x["run_ids"]
         starts = abandoned = 0
         if first.any():
@@ -488,7 +581,8 @@ class StepStreamingService(core.InferenceService):
             self._reset_rows(fe)
             self._ep_return[fe] = 0.0
             self._ep_length[fe] = 0
-            self._fill[fe[fe < nt]] = 0
+            rows = self._row[fe]
+            self._fill[rows[rows >= 0]] = 0
         seen = ~first
         reward = np.where(seen, x["rewards"], np.float32(0))
         terminated = x["terminated"] & seen
@@ -499,7 +593,7 @@ class StepStreamingService(core.InferenceService):
         finished = None
         if done.any():
             de = env[done]
-            finished = (self._ep_return[de].copy(), self._ep_length[de].copy(), de >= nt)
+            finished = (self._ep_return[de].copy(), self._ep_length[de].copy(), ~self._train[de])
             self._ep_return[de] = 0.0
             self._ep_length[de] = 0
             self._reset_rows(de)
@@ -594,7 +688,7 @@ class StepStreamingService(core.InferenceService):
 
         def pick(a):
             return a if rows is None else a[rows]
-        te = pick(env)
+        te = self._row[pick(env)]
         pos = self._fill[te]
         flat = te * self.length + pos                  # row of (env, position) in the [Nt * L, ...] views
         views = self._flat
@@ -626,16 +720,16 @@ class StepStreamingService(core.InferenceService):
         pos += 1
         self._fill[te] = pos
         full = pos == self.length
-        return self._emit(te[full]) if full.any() else []
+        return self._emit(te[full], pick(env)[full]) if full.any() else []
 
-    def _emit(self, envs_done: np.ndarray) -> list:
-        """Unroll dicts of the full envs ``envs_done``; their next unrolls start with the
-        last ``overlap + 1`` steps and the matching recurrent state."""
+    def _emit(self, envs_done: np.ndarray, env_ids: np.ndarray) -> list:
+        """Unroll dicts of the full unroll rows ``envs_done`` (of env ids ``env_ids``); their
+        next unrolls start with the last ``overlap + 1`` steps and the matching recurrent state."""
         keys = list(self._buf) + [f"state/{k}" for k in self._start_state] + ["env_id"]
         # One gather per field (copies [K, L, ...]), split into per-unroll views by list().
         columns = [list(v[envs_done]) for v in self._buf.values()]
         columns += [list(v[envs_done]) for v in self._start_state.values()]
-        columns.append([np.int64(e) for e in envs_done.tolist()])
+        columns.append([np.int64(e) for e in env_ids.tolist()])
         unrolls = [dict(zip(keys, row)) for row in zip(*columns)]
         keep, p = self.overlap + 1, self.unroll_length
         for v in self._buf.values():

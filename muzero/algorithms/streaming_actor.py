@@ -2,9 +2,15 @@
 
 The counterpart of ``muzero.algorithms.streaming.StepStreamingService`` (SEED RL's actor):
 no network, no search, no trajectory building here. One call per env step carries, for
-the actor's E envs (ids ``env_id_base + arange(E)``), the last transition's reward,
-terminated and truncated flags and the observation now shown (plus, where an episode was
-truncated, the observation it ended on), and returns the E actions.
+the actor's E envs, the last transition's reward, terminated and truncated flags and the
+observation now shown (plus, where an episode was truncated, the observation it ended on),
+and returns the E actions.
+
+Env ids: an actor the learner starts owns the fixed ids ``env_id_base + arange(E)`` (of
+the learner's ``num_actors``); an actor started by hand on another machine
+(``env_id_base=None``) asks the learner for E ids of its remote range (``register_envs``),
+sends its lease with every call, registers again when the lease has ended (it was unused
+too long, or the learner restarted) and releases it when it stops.
 
 Run ids: every start draws a random non-zero int64 run id, sent with every row; the
 server restarts an env's state when the id changes. After a failed call (the learner
@@ -30,6 +36,7 @@ import envs
 from muzero.rpc import wire
 from muzero.rpc.client import ServerError, open_channel
 from muzero.rpc.config import ClientConfig
+from muzero.rpc.leases import LEASE_EXPIRED, LEASE_RELEASED, LEASE_SUPERSEDED, LEASE_UNKNOWN
 
 # Call failures after which the actor reconnects (new run id, envs reset) instead of failing.
 _RECONNECT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -51,6 +58,8 @@ class BadActionError(RuntimeError):
 # the call): another client named one of its env ids in the same batch, or the policy produced
 # a non-finite action (the step is refused, never sent to an env; the actor backs off first).
 _RESTART_TAGS = (ENV_ID_CLASH, NONFINITE_ACTION)
+# A leased actor's lease has ended: it registers again (new run id, envs reset).
+_LEASE_TAGS = (LEASE_EXPIRED, LEASE_RELEASED, LEASE_SUPERSEDED, LEASE_UNKNOWN)
 
 
 class StreamingClient:
@@ -65,6 +74,8 @@ class StreamingClient:
         self._channel, self._metadata = open_channel(address, config)
         self._info = self._channel.unary_unary(f"/{STREAMING_SERVICE}/stream_info")
         self._inference = self._channel.unary_unary(f"/{STREAMING_SERVICE}/inference")
+        self._register = self._channel.unary_unary(f"/{STREAMING_SERVICE}/register_envs")
+        self._release = self._channel.unary_unary(f"/{STREAMING_SERVICE}/release_envs")
         self.calls = self.bytes_sent = self.bytes_received = 0
 
     def info(self, timeout: Optional[float] = None) -> dict:
@@ -92,13 +103,34 @@ class StreamingClient:
             out[k] = np.asarray(out.get(k, np.zeros(0, np.float32)), np.float32)
         return out
 
+    def _unary(self, method: str, stub, fields: dict) -> dict:
+        try:
+            response = stub(wire.encode(fields), timeout=self.config.call_timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ServerError.from_rpc(method, e) from None
+        return wire.decode(response)
+
+    def register_envs(self, num_envs: int, actor_id: int, run_id: int, evaluation: bool) -> tuple:
+        """E env ids of the learner's remote range -> (env_ids [E] int32, lease, lease_timeout_s).
+        One attempt; ServerError on refusal (RESOURCE_EXHAUSTED: too few free ids; UNAVAILABLE:
+        this actor id's previous run still holds a lease, retry shortly)."""
+        out = self._unary("register_envs", self._register,
+                          {"num_envs": np.int64(num_envs), "actor_id": np.int64(actor_id),
+                           "run_id": np.int64(run_id), "evaluation": np.bool_(evaluation)})
+        return out["env_ids"].astype(np.int32), int(out["lease"]), float(out["lease_timeout_s"])
+
+    def release_envs(self, lease: int) -> bool:
+        """Ends the lease now (its ids go back to the learner's pool); False if it had ended."""
+        return bool(self._unary("release_envs", self._release, {"lease": np.int64(lease)})["released"])
+
     def inference(self, env_ids, run_ids, rewards, terminated, truncated, observations,
-                  final_observations=None) -> tuple:
+                  final_observations=None, lease: Optional[int] = None) -> tuple:
         """One step of B envs -> (actions [B, *action_shape], weights_version int).
 
         env_ids [B] (sent as int32), run_ids [B] or a scalar (int64), rewards [B] (float32),
         terminated / truncated [B] bool, observations [B, *obs] in the server's observation
-        dtype, final_observations [B, *obs] (required when any truncated). One attempt;
+        dtype, final_observations [B, *obs] (required when any truncated), ``lease`` for
+        ids granted by ``register_envs``. One attempt;
         a failure raises ServerError (the actor decides whether to reconnect)."""
         env_ids = np.asarray(env_ids, np.int32)
         b = len(env_ids)
@@ -110,6 +142,8 @@ class StreamingClient:
                   "observations": observations}
         if final_observations is not None:
             fields["final_observations"] = final_observations
+        if lease is not None:
+            fields["lease"] = np.int64(lease)
         payload = wire.encode(fields)
         try:
             response = self._inference(payload, timeout=self.config.call_timeout_s,
@@ -136,25 +170,30 @@ class StreamingClient:
 class StreamingActorSettings:
     """Everything one thin actor process needs (picklable: it crosses a spawn).
 
-    ``num_envs`` envs with server env ids ``env_id_base + arange(num_envs)``; env i is
-    seeded from ``seed`` and its env id. ``evaluation`` says which id range the actor
-    expects to own (checked against the server's ``stream_info``; the server decides how
-    an env acts by its id). ``max_env_steps`` (all envs together; 0 = until stopped).
+    ``num_envs`` envs with server env ids ``env_id_base + arange(num_envs)``, or, with
+    ``env_id_base=None``, ids the learner grants from its remote range to ``actor_id``
+    (see the module doc). The envs are seeded from ``seed`` and ``env_id_base``.
+    ``evaluation`` says which id range the actor expects to own (checked against the
+    server's ``stream_info``; the server decides how an env acts by its id) or asks for
+    evaluation ids. ``max_env_steps`` (all envs together; 0 = until stopped).
     """
 
     server: str
     env: str
     env_options: dict = dataclasses.field(default_factory=dict)
     num_envs: int = 16
-    env_id_base: int = 0
+    env_id_base: Optional[int] = 0
     seed: int = 0
     evaluation: bool = False
     client_config: Optional[ClientConfig] = None
     max_env_steps: int = 0
+    actor_id: int = 0
 
     def __post_init__(self):
         for name, lo in (("num_envs", 1), ("env_id_base", 0), ("seed", 0), ("max_env_steps", 0)):
             value = getattr(self, name)
+            if name == "env_id_base" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ValueError(f"StreamingActorSettings.{name}={value!r} must be an integer >= {lo}")
         if not isinstance(self.env_options, dict):
@@ -174,10 +213,12 @@ class StreamingActor:
         s = settings
         self.settings, self.client, self.log = s, client, log
         self.stop_event = stop_event or threading.Event()
-        self.batch = envs.make_batch(s.env, s.num_envs, seed=s.seed * 100_003 + s.env_id_base * 1009,
-                                     **s.env_options)
+        self.leased = s.env_id_base is None
+        base = 0 if self.leased else s.env_id_base
+        self.batch = envs.make_batch(s.env, s.num_envs, seed=s.seed * 100_003 + base * 1009, **s.env_options)
         self.descriptor = self.batch.descriptor
-        self.env_ids = (s.env_id_base + np.arange(s.num_envs)).astype(np.int32)
+        self.env_ids = (base + np.arange(s.num_envs)).astype(np.int32)   # leased: set by register
+        self.lease: Optional[int] = None
         self.run_id = new_run_id()
         self.info: dict = {}
         self.env_steps = 0          # env steps taken (all envs together)
@@ -206,6 +247,15 @@ class StreamingActor:
                 or info["num_actions"] != d.num_actions:
             raise ValueError(f"server actions are {server_space}; env {s.env!r} takes {d.action_space}")
         nt, ne = info["num_train_envs"], info["num_eval_envs"]
+        if self.leased:
+            nr = info.get("num_remote_envs", 0)
+            if s.num_envs > nr:
+                raise ValueError(f"num_envs={s.num_envs} exceeds the learner's {nr} remote env ids: start the "
+                                 f"learner with --remote_envs={s.num_envs} or more, or give this actor "
+                                 "--env_id_base for ids of the learner's own actors")
+            if s.num_envs > info["max_batch"]:
+                raise ValueError(f"num_envs={s.num_envs} exceeds the server's max_batch {info['max_batch']}")
+            return
         lo, hi = s.env_id_base, s.env_id_base + s.num_envs
         want = (nt, nt + ne) if s.evaluation else (0, nt)
         if not (want[0] <= lo and hi <= want[1]):
@@ -239,7 +289,43 @@ class StreamingActor:
             delay = min(delay * 2, cfg.backoff_max_s)
         self._check_info(info)
         self.info = info
+        if self.leased:
+            self._register(give_up)
         return info
+
+    def _register(self, give_up: float) -> None:
+        """Asks for this actor's env ids, retrying with back-off while the learner has too few
+        free or the actor id's previous run still holds its lease (until ``give_up``)."""
+        cfg, s = self.client.config, self.settings
+        delay = cfg.backoff_initial_s
+        while True:
+            try:
+                ids, self.lease, _ = self.client.register_envs(s.num_envs, s.actor_id, self.run_id, s.evaluation)
+                break
+            except ServerError as e:
+                if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED) \
+                        or time.monotonic() >= give_up or self.stop_event.is_set():
+                    raise
+                self.log(f"{self.name}: {e}; retrying")
+            self.stop_event.wait(min(delay, max(give_up - time.monotonic(), 0)) * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, cfg.backoff_max_s)
+        self.env_ids = ids
+        self.log(f"{self.name}: leased env ids {int(ids.min())}..{int(ids.max())}")
+
+    @property
+    def name(self) -> str:
+        return (f"streaming actor {self.settings.actor_id} (leased)" if self.leased
+                else f"streaming actor {self.settings.env_id_base}")
+
+    def release(self) -> None:
+        """Gives a leased actor's env ids back to the learner (best effort: a learner that is
+        gone frees them when the lease times out)."""
+        if self.lease is not None:
+            lease, self.lease = self.lease, None
+            try:
+                self.client.release_envs(lease)
+            except (ServerError, ConnectionError):
+                pass
 
     # -- acting -------------------------------------------------------------------------------------
     def check_actions(self, actions: np.ndarray) -> np.ndarray:
@@ -274,15 +360,22 @@ class StreamingActor:
     def _reconnect(self, error: ServerError) -> None:
         self.reconnects += 1
         what = error.tag or (error.code.name if error.code else str(error))
-        self.log(f"streaming actor {self.settings.env_id_base}: {what}; reconnecting with a new run id")
+        self.log(f"{self.name}: {what}; reconnecting with a new run id")
         if error.tag == NONFINITE_ACTION:
             self.refused_steps += 1
             cfg = self.client.config      # the network needs updates before it acts again
             self.stop_event.wait(min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(self.refused_steps, 10)))
-        self.connect()
         self.run_id = new_run_id()
+        self.connect()
 
     def run(self) -> None:
+        """Acts until stopped or ``max_env_steps``; a leased actor releases its env ids last."""
+        try:
+            self._loop()
+        finally:
+            self.release()
+
+    def _loop(self) -> None:
         s = self.settings
         e = s.num_envs
         self.connect()
@@ -302,12 +395,13 @@ class StreamingActor:
                                            "final_observation; streaming needs it to bootstrap")
             try:
                 actions, self.weights_version = self.client.inference(
-                    self.env_ids, self.run_id, rewards, terminated, truncated, step.observation, final)
+                    self.env_ids, self.run_id, rewards, terminated, truncated, step.observation, final,
+                    lease=self.lease)
             except ServerError as err:
                 # Besides lost connections: refusals that applied nothing of this call (see
-                # _RESTART_TAGS); either way, start over under a new run id.
-                if (err.code not in _RECONNECT_CODES and err.tag not in _RESTART_TAGS) \
-                        or self.stop_event.is_set():
+                # _RESTART_TAGS), and an ended lease; either way, start over under a new run id.
+                restart = err.tag in _RESTART_TAGS or (self.leased and err.tag in _LEASE_TAGS)
+                if (err.code not in _RECONNECT_CODES and not restart) or self.stop_event.is_set():
                     raise
                 self._reconnect(err)
                 step, first = self.batch.reset(), True

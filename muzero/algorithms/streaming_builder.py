@@ -19,6 +19,7 @@ class StreamingBuilder(core.Builder):
     # Unrolls carry ``final_observation`` (replay learners that store transitions need the
     # state an episode ended in, not the next episode's first one).
     store_final_observations = False
+    leases_env_ids = True
 
     def policy(self, learner):
         """The ``StreamingPolicy`` the service runs (the learner's serving network)."""
@@ -34,7 +35,8 @@ class StreamingBuilder(core.Builder):
             self.policy(learner), num_train_envs=settings.num_actors * settings.envs_per_actor,
             num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
             unroll_length=settings.config.training.unroll_length, overlap=self.overlap(settings),
-            sink=learner.sink, context=context, store_final_observations=self.store_final_observations)
+            sink=learner.sink, context=context, store_final_observations=self.store_final_observations,
+            num_remote_envs=settings.remote_envs)
 
     def actor_target(self):
         from muzero.algorithms.streaming_actor import run_streaming_actor
@@ -56,7 +58,8 @@ class StreamingBuilder(core.Builder):
 
     def remote_actor(self, settings, remote: core.RemoteActor) -> tuple:
         """A thin actor over ``remote.envs_per_actor`` envs (required without the learner's
-        config, else that config's (evaluation) envs per actor), ids from ``remote.env_id_base``."""
+        config, else that config's (evaluation) envs per actor), ids from ``remote.env_id_base``
+        or, when it is None, leased from the learner's remote range."""
         import functools
 
         from muzero.algorithms.streaming_actor import StreamingActorSettings, run_streaming_actor
@@ -68,8 +71,9 @@ class StreamingBuilder(core.Builder):
         actor = StreamingActorSettings(
             server=remote.server, env=settings.env, env_options=dict(settings.env_options), num_envs=num_envs,
             env_id_base=remote.env_id_base, seed=remote.seed, evaluation=remote.evaluation,
-            client_config=remote.client_config, max_env_steps=remote.max_env_steps)
-        ids = f"{actor.env_id_base}..{actor.env_id_base + actor.num_envs - 1}"
+            client_config=remote.client_config, max_env_steps=remote.max_env_steps, actor_id=remote.actor_id)
+        ids = ("leased from the learner" if actor.env_id_base is None
+               else f"{actor.env_id_base}..{actor.env_id_base + actor.num_envs - 1}")
         banner = (f"{self.name} streaming actor: {actor.num_envs} x {settings.env} (env ids {ids}"
                   f"{', evaluation' if actor.evaluation else ''}) -> {remote.server}")
         return banner, functools.partial(run_streaming_actor, actor)

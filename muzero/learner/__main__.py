@@ -92,6 +92,8 @@ flags.DEFINE_float("ray_cpus_per_actor", None, "--launcher=ray: logical CPUs res
                    "0.5 packs two actors on a core).")
 flags.DEFINE_integer("ray_max_restarts", None, "--launcher=ray: restarts Ray grants each failed actor (-1, the "
                      "default, means without limit).")
+flags.DEFINE_integer("remote_envs", None, "Env ids handed out to actors started on other machines "
+                     "(python -m muzero.actor without --env_id_base); step-streaming algorithms. Default 0.")
 flags.DEFINE_integer("learner_devices", None, "Train on N devices (data parallel, MirroredStrategy): the first N "
                      "GPUs, or N logical CPU devices on a machine without GPUs. Default 1. Algorithms that "
                      "take it: " + ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) + ".")
@@ -174,7 +176,8 @@ def build_settings():
            "export_every_env_steps": FLAGS.export_every_env_steps, "keep_exports": FLAGS.keep_exports,
            "launcher": FLAGS.launcher,
            "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
-           "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices}
+           "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices,
+           "remote_envs": FLAGS.remote_envs}
     notes = []
     if not FLAGS.config:   # a saved config.json is complete: nothing is derived again
         settings, notes = algorithms.get(settings.algo).fit_to_env(settings, descriptor, changes)
@@ -184,6 +187,10 @@ def build_settings():
     builder = algorithms.get(settings.algo)
     algorithms.check_env(builder, descriptor)
     builder.check_settings(settings)
+    try:
+        algorithms.check_remote_envs(builder, settings)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     return settings, notes
 
 
@@ -237,7 +244,8 @@ def main(argv):
 def run():
     from muzero.cli import run_main
     from muzero.core import LaunchError
-    run_main(main, (UsageError, ConfigError, FileNotFoundError, LaunchError))
+    from muzero.rpc.server import BindError
+    run_main(main, (UsageError, ConfigError, FileNotFoundError, LaunchError, BindError))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
+
 class _Pace:
     """The one line, a minute into each learner start, that says what this machine does:
     acting and training rates over the preceding half minute and how long 100k env steps
@@ -116,6 +117,7 @@ class Run:
             multi = ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) or "none"
             raise ConfigError(f"--learner_devices={settings.learner_devices}: --algo={settings.algo} trains on one "
                               f"device (several: {multi}); drop the flag")
+        algorithms.check_remote_envs(self.builder, settings)
         self.server_config = server_config or ServerConfig()
         if trainable_parts is not None:
             algorithms.check_trainable_parts(self.builder, trainable_parts)

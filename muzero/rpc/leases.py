@@ -59,8 +59,12 @@ class LeaseTable:
 
     def __init__(self, num_slots: int, max_nodes: int, timeout_s: float,
                  clock: Callable[[], float] = time.monotonic, *, supersede_idle_s: float = 3.0,
-                 max_lease_slots: Optional[int] = None):
+                 max_lease_slots: Optional[int] = None, unit: str = "cache slots",
+                 size_name: str = "cache_slots"):
+        """``unit`` and ``size_name`` name the slots and the setting that sizes them in the
+        refusals (MuZero: cache slots; the streaming service: remote env ids)."""
         self.num_slots, self.max_nodes, self.timeout_s = num_slots, max_nodes, timeout_s
+        self.unit, self.size_name = unit, size_name
         self.clock = clock
         self.supersede_idle_s = float(supersede_idle_s)
         self.max_lease_slots = num_slots if max_lease_slots is None else int(max_lease_slots)
@@ -88,7 +92,7 @@ class LeaseTable:
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"register: num_envs={num_envs} is out of range [1, {self.max_lease_slots}] "
                 f"(one lease may take at most {self.max_lease_slots} of the "
-                f"{self.num_slots} cache slots)")
+                f"{self.num_slots} {self.unit})")
         with self.lock:
             now = self.clock()
             self._reclaim_expired(now)
@@ -108,8 +112,8 @@ class LeaseTable:
             if available < num_envs:
                 raise RequestError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"register: num_envs={num_envs} exceeds the {available} free cache slots "
-                    f"(cache_slots={self.num_slots}, {len(self._leases)} live leases)")
+                    f"register: num_envs={num_envs} exceeds the {available} free {self.unit} "
+                    f"({self.size_name}={self.num_slots}, {len(self._leases)} live leases)")
             if old_id is not None:
                 self._end(old_id, LEASE_SUPERSEDED)
             free = np.flatnonzero(self._owner < 0)
@@ -142,6 +146,10 @@ class LeaseTable:
                                f"lease={lease_id} is not live: {hint}", tag=reason)
         lease.last_seen = now
         return lease
+
+    def owners(self, slots: np.ndarray) -> np.ndarray:
+        """The lease id owning each of ``slots`` (-1 where free)."""
+        return self._owner[slots]
 
     def ended_reason(self, lease_id: int) -> str:
         """Why a lease is not live: one of the LEASE_* tags."""

@@ -51,6 +51,10 @@ _HIST_EDGES = np.array([2**i for i in range(21)], np.int64)  # batch rows <= 1, 
 _RESERVOIR = 2048
 
 
+class BindError(OSError):
+    """The server's address cannot be bound (in use, or not local)."""
+
+
 class RequestError(Exception):
     """A client error: answered with ``code`` and ``message``; the server keeps serving."""
 
@@ -384,10 +388,11 @@ class BatchingServer:
                 port = server.add_secure_port(cfg.bind_address, self._credentials)
             else:
                 port = server.add_insecure_port(cfg.bind_address)
-        except RuntimeError as e:
-            raise OSError(f"cannot bind {cfg.bind_address}: {e}") from None
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise OSError(f"cannot bind {cfg.bind_address} (address in use or not local)")
+            raise BindError(f"cannot bind {cfg.bind_address}: the port is in use (another learner?) or the "
+                            "address is not one of this machine's: choose another --port or --host")
         for method in self._batched.values():
             method.thread.start()
         server.start()

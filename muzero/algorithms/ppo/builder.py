@@ -75,9 +75,10 @@ class PPOBuilder(StreamingBuilder):
 
     def check_settings(self, settings) -> None:
         t = settings.config.training
-        if settings.num_actors < 1:
+        if settings.num_actors < 1 and settings.remote_envs < 1:
             raise ConfigError(f"RunSettings.num_actors={settings.num_actors} is invalid for --algo=ppo: "
-                              "training needs at least one training actor")
+                              "training needs at least one training actor (or --remote_envs for actors on "
+                              "other machines)")
         updates = t.updates_per_batch
         if updates % settings.publish_every_steps:
             raise ConfigError(f"RunSettings.publish_every_steps={settings.publish_every_steps} is invalid for "

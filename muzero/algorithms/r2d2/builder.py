@@ -95,9 +95,10 @@ class R2D2Builder(StreamingBuilder):
     def check_settings(self, settings) -> None:
         if not isinstance(settings.config, R2D2Config):
             raise ConfigError(f"--algo=r2d2 needs an R2D2Config, got {type(settings.config).__name__}")
-        if settings.num_actors * settings.envs_per_actor < 1:
+        if settings.num_actors * settings.envs_per_actor + settings.remote_envs < 1:
             raise ConfigError(f"RunSettings.num_actors={settings.num_actors} is invalid for --algo=r2d2: "
-                              "training needs at least one training env (num_actors * envs_per_actor >= 1)")
+                              "training needs at least one training env (num_actors * envs_per_actor >= 1, "
+                              "or --remote_envs for actors on other machines)")
         t = settings.config.training
         if t.n_step > t.unroll_length:
             raise ConfigError(f"R2D2TrainingConfig.n_step={t.n_step} is invalid: must be <= "

@@ -177,10 +177,15 @@ class R2D2Policy:
     """The step-streaming service's policy: the serving network, one LSTM step per call,
     epsilon-greedy per env (``R2D2ActingConfig``). ``act`` and ``value`` run concrete
     ``tf.function``s traced once here; the exploration draws come from a seeded NumPy
-    generator (``rng``, saved with the learner's checkpoints)."""
+    generator (``rng``, saved with the learner's checkpoints).
+
+    The epsilon ladder spans the ``num_train_envs`` local training envs (ids [0, N)) and,
+    after them, the ``num_remote`` env ids from ``remote_base`` that the service leases to
+    remote actors (remote id r takes rung N + r - remote_base when it trains)."""
 
     def __init__(self, network: R2D2Network, num_train_envs: int, acting: R2D2ActingConfig,
-                 rescaling_epsilon: Optional[float] = 1e-3, seed: int = 0):
+                 rescaling_epsilon: Optional[float] = 1e-3, seed: int = 0, remote_base: int = 0,
+                 num_remote: int = 0):
         self.network = network
         self.observation_shape = network.observation_shape
         self.observation_dtype = network.observation_dtype
@@ -188,7 +193,9 @@ class R2D2Policy:
         self.action_dtype = np.dtype(np.int32)
         self.num_actions = network.num_actions
         self.num_train_envs = int(num_train_envs)
-        self.train_epsilons = training_epsilons(self.num_train_envs, acting.epsilon_base, acting.epsilon_alpha)
+        self.remote_base, self.num_remote = int(remote_base), int(num_remote)
+        self.train_epsilons = training_epsilons(self.num_train_envs + self.num_remote, acting.epsilon_base,
+                                                acting.epsilon_alpha)
         self.eval_epsilon = float(acting.eval_epsilon)
         self.rng = np.random.default_rng([seed, 13])
         self._lock = threading.Lock()
@@ -214,14 +221,18 @@ class R2D2Policy:
 
     def epsilons(self, env_ids, evaluation) -> np.ndarray:
         """[B] the exploration rate of each row: eval_epsilon for evaluation rows (or env ids
-        beyond the training envs), else epsilon_{env_id}."""
+        of no training env), else the env's rung of the ladder."""
         evaluation = np.asarray(evaluation, bool).reshape(-1)
-        if env_ids is None or self.num_train_envs < 1:
+        rungs = len(self.train_epsilons)
+        if env_ids is None or rungs < 1:
             ids = np.zeros(len(evaluation), np.int64)
-            evaluation = evaluation | (self.num_train_envs < 1)
+            evaluation = evaluation | (rungs < 1)
         else:
             ids = np.asarray(env_ids, np.int64).reshape(-1)
-        train = ~evaluation & (ids >= 0) & (ids < self.num_train_envs)
+            remote = (ids >= self.remote_base) & (ids < self.remote_base + self.num_remote)
+            ids = np.where(remote, self.num_train_envs + ids - self.remote_base,
+                           np.where(ids < self.num_train_envs, ids, -1))
+        train = ~evaluation & (ids >= 0) & (ids < rungs)
         eps = np.full(len(evaluation), self.eval_epsilon, np.float64)
         if train.any():
             eps[train] = self.train_epsilons[ids[train]]
@@ -294,7 +305,8 @@ class R2D2Learner(CheckpointedLearner):
         self.target = make_network(descriptor, self.config.network, seed=seed, name="r2d2_target")
         self.serving = make_network(descriptor, self.config.network, seed=seed, name="r2d2_serving")
         self.policy = R2D2Policy(self.serving, self.num_train_envs, self.config.acting,
-                                 self.rescaling_epsilon, seed=seed)
+                                 self.rescaling_epsilon, seed=seed,
+                                 remote_base=settings.total_envs, num_remote=settings.remote_envs)
         self.sequence_length = t.sequence_length
         self.replay = ItemReplay(r.capacity, replay_spec(self.online, self.sequence_length),
                                  priority_exponent=r.priority_exponent,

@@ -65,9 +65,10 @@ class SACBuilder(StreamingBuilder):
                            summary_every_steps=500)
 
     def check_settings(self, settings) -> None:
-        if settings.num_actors < 1:
+        if settings.num_actors < 1 and settings.remote_envs < 1:
             raise ConfigError(f"RunSettings.num_actors={settings.num_actors} is invalid for --algo=sac: "
-                              "training needs at least one training actor")
+                              "training needs at least one training actor (or --remote_envs for actors on "
+                              "other machines)")
 
     def make_learner(self, settings, descriptor, context: core.RunContext):
         algorithms.check_env(self, descriptor)

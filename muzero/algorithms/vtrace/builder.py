@@ -85,8 +85,9 @@ class VTraceBuilder(StreamingBuilder):
                          "tictactoe: --algo=muzero)")
 
     def check_settings(self, settings) -> None:
-        if settings.num_actors * settings.envs_per_actor < 1:
-            raise ConfigError("--algo=vtrace needs at least one training env (num_actors * envs_per_actor >= 1)")
+        if settings.num_actors * settings.envs_per_actor + settings.remote_envs < 1:
+            raise ConfigError("--algo=vtrace needs at least one training env (num_actors * envs_per_actor >= 1, "
+                              "or --remote_envs for actors on other machines)")
 
     def make_learner(self, settings, descriptor, context: core.RunContext):
         from muzero.algorithms.vtrace.learning import VTraceLearner
