@@ -12,15 +12,17 @@ real machines.
 
 The test talks to the manager over its stdin/stdout, one JSON object per line:
 
-* ``spawn(host, argv, log)`` starts ``argv`` on host "A" or "B" (on B through ``nsenter``
-  into its namespace), stdout and stderr to the file ``log``; returns the pid.
+* ``spawn(host, argv, log, cwd)`` starts ``argv`` on host "A" or "B" (on B through
+  ``nsenter`` into its namespace) in directory ``cwd``, stdout and stderr to the file
+  ``log``; returns the pid.
 * ``signal(pid, sig)``, ``poll(pid)`` (the exit code or None), ``wait(pid, timeout)``.
 * ``link(up)``: brings A's end of the veth down or up (a cut cable; both hosts keep their
   addresses).
 
 The filesystem is shared, so the test reads logs, logdirs and credentials directly.
 ``netns_problem()`` says why the harness cannot run here (None when it can); tests skip
-with that reason. ``close()`` kills whatever is still running and ends both namespaces.
+with that reason. ``close()`` kills whatever is still running (each spawned program's process group) and
+ends both namespaces.
 """
 from __future__ import annotations
 
@@ -76,8 +78,8 @@ class TwoHosts:
             raise RuntimeError(f"two-host manager: {reply['error']}")
         return reply
 
-    def spawn(self, host: str, argv: list, log: str) -> int:
-        return self._call(op="spawn", host=host, argv=list(argv), log=log)["pid"]
+    def spawn(self, host: str, argv: list, log: str, cwd: str = ROOT) -> int:
+        return self._call(op="spawn", host=host, argv=list(argv), log=log, cwd=cwd)["pid"]
 
     def signal(self, pid: int, sig: int = signal.SIGTERM) -> None:
         self._call(op="signal", pid=pid, sig=int(sig))
@@ -139,7 +141,7 @@ def _manage() -> None:
                 prefix = enter_b if request["host"] == "B" else []
                 with open(request["log"], "ab") as log:
                     p = subprocess.Popen(prefix + request["argv"], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, cwd=request.get("cwd"), start_new_session=True)
                 procs[p.pid] = p
                 reply = {"pid": p.pid}
             elif op == "signal":
@@ -167,9 +169,11 @@ def _manage() -> None:
             reply = {"error": f"{op}: {e}"}
         out.write(json.dumps(reply) + "\n")
         out.flush()
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
+    for p in procs.values():           # each program's whole process group: nothing outlives the hosts
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for p in procs.values():
         p.wait()
     holder.kill()

@@ -52,7 +52,6 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-
 class _Pace:
     """The one line, a minute into each learner start, that says what this machine does:
     acting and training rates over the preceding half minute and how long 100k env steps
