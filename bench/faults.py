@@ -386,6 +386,7 @@ class Bench:
         self.failures: list = []
         self.notes: list = []
         self.learners: list = []
+        self.command = learner_command     # (logdir, seed) -> argv of a learner start
 
     def close_all(self) -> None:
         for learner in self.learners:
@@ -409,7 +410,7 @@ class Bench:
         expected = next((c for c in before if c not in damaged), None)
         copies = preserve(before, os.path.join(self.workdir, "kept", f"session-{self.sessions}"))
         self.sessions += 1
-        learner = Learner(learner_command(logdir, self.args.seed),
+        learner = Learner(self.command(logdir, self.args.seed),
                           os.path.join(self.workdir, f"session-{self.sessions:02d}.log"))
         self.learners.append(learner)
         if not before:

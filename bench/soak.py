@@ -1,0 +1,349 @@
+"""One long MuZero run with a fault every few minutes, resumed by a supervisor, beside an undisturbed run.
+
+    python bench/soak.py --minutes=60                       # the disturbed run, then the undisturbed one
+    python bench/soak.py --minutes=8 --fault_every=60 --no-baseline     # a smoke run of the machinery
+
+The disturbed run is ``python -m muzero.learner --env=cartpole`` with its defaults (plus
+``--max_seconds``, which bounds the training time across restarts, so both runs train for
+the same time). Every ``--fault_every`` seconds one fault, in turn:
+
+- ``kill_learner``: SIGKILL to the learner; its actors must exit by themselves;
+- ``kill_actor``: SIGKILL to one of its actor processes; the learner must restart it;
+- ``full_disk``: the logdir's file system (a tmpfs of ``--tmpfs_mb``) filled to the last
+  byte for ``--full_disk_s`` seconds; the checkpoints due meanwhile fail with a logged
+  line and training goes on;
+- ``corrupt``: SIGKILL to the learner, then bytes of the newest checkpoint damaged (the
+  four kinds of ``bench/faults.py`` in turn); the restart must fall back to the one before.
+
+After each learner kill the supervisor starts the same command again at once, as a user's
+scheduler would, and checks the restart as ``bench/faults.py`` does: it resumed from the
+newest intact checkpoint, whose replay verifies and holds no duplicate or partial segment.
+``lost_env_steps`` adds up, per kill, the env steps of the last progress line before it
+less those of the checkpoint resumed from: the steps since the last checkpoint, which is
+what a kill may cost. Every 10 s the learner's and its actors' resident memory and open
+file descriptors are summed; ``rss_growth_pct`` / ``fd_growth`` compare the end of each
+run with its 10-minute mark (for the disturbed run, per learner lifetime that lasted that
+long; none does when faults come every few minutes, so the undisturbed run's figures are
+the ones to read). ``orphan_processes`` counts actors alive 5 s after their learner was
+killed, plus any process of the workdir left at the end. The final evaluation plays each
+run's last export greedily (``python -m muzero.eval``, 50 episodes, the same seed).
+
+The whole soak runs in a user and mount namespace (``unshare -rm``) so that it can mount
+its own tmpfs; where that is not permitted, ``full_disk`` is skipped and said so. Last lines:
+
+    faults=N resumed=N lost_env_steps=... duplicate_segments=0 partial_segments=0 rss_growth_pct=...
+    fd_growth=... orphan_processes=0
+    eval_disturbed=... eval_undisturbed=...
+
+Exit status 0 when every check held. Run it alone on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from faults import (CORRUPTIONS, ROOT, Bench, Learner, _alive, _children, candidates, check_checkpoint,  # noqa: E402
+                    still_damaged)
+
+FAULTS = ("kill_learner", "kill_actor", "full_disk", "corrupt")
+PROGRESS = re.compile(r"^\[\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
+
+
+def soak_command(minutes: float):
+    def command(logdir: str, seed: int) -> list:
+        return [sys.executable, "-m", "muzero.learner", "--env=cartpole", f"--logdir={logdir}", f"--seed={seed}",
+                f"--max_seconds={minutes * 60:g}"]
+    return command
+
+
+def _tree(pid: int) -> list:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += _children(p)
+    return out
+
+
+def _usage(pid: int) -> tuple:
+    """(resident kB, open file descriptors) of ``pid`` and its descendants."""
+    rss = fds = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                rss += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+            fds += len(os.listdir(f"/proc/{p}/fd"))
+        except (OSError, ValueError):
+            pass
+    return rss, fds
+
+
+class Sampler:
+    """Samples a learner's (rss, fds) every 10 s in a thread: [(seconds since start, rss, fds)]."""
+
+    def __init__(self, learner: Learner):
+        self.learner, self.samples, self._stop = learner, [], threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self._stop.wait(10.0) and self.learner.proc.poll() is None:
+            rss, fds = _usage(self.learner.pid)
+            if rss:
+                self.samples.append((time.monotonic() - self.learner.started, rss, fds))
+
+    def stop(self) -> list:
+        self._stop.set()
+        return self.samples
+
+    @staticmethod
+    def growth(samples: list, after_s: float = 600.0):
+        """(rss growth %, fd growth) from the first sample at or after ``after_s`` to the last; None if too short."""
+        later = [s for s in samples if s[0] >= after_s]
+        if len(later) < 2:
+            return None
+        (_, rss0, fd0), (_, rss1, fd1) = later[0], later[-1]
+        return 100.0 * (rss1 - rss0) / rss0, fd1 - fd0
+
+
+def last_env_steps(learner: Learner) -> int:
+    for line in reversed(learner.lines):
+        m = PROGRESS.match(line)
+        if m:
+            return int(m.group(2))
+    return 0
+
+
+def resumed_env_steps(learner: Learner):
+    line = learner.wait_for(r"^resumed from .*env_steps (\d+)", 0)
+    m = re.search(r"env_steps (\d+)", line or "")
+    return int(m.group(1)) if m else None
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.bench = Bench(argparse.Namespace(seed=args.seed, workdir=args.workdir, tmpfs_mb=args.tmpfs_mb))
+        self.bench.command = soak_command(args.minutes)
+        self.workdir = self.bench.workdir
+        self.faults = self.resumed = self.lost = 0
+        self.lifetimes: list = []     # samples per learner lifetime
+        self.disk = "on"
+
+    # -- the disturbed run --------------------------------------------------------------------
+    def start(self, logdir: str, corrupted: dict) -> Learner:
+        learner = self.bench.start(logdir, corrupted)
+        self.sampler = Sampler(learner)
+        return learner
+
+    def end_lifetime(self) -> None:
+        self.lifetimes.append(self.sampler.stop())
+
+    def kill_and_restart(self, learner: Learner, logdir: str, corrupted: dict, corrupt_mode=None) -> Learner:
+        before = last_env_steps(learner)
+        self.bench.note_orphans(learner.kill9())
+        self.bench.learner_kills += 1
+        self.end_lifetime()
+        self.bench.finish(learner, "kill -9")
+        if corrupt_mode is not None and not self.bench.corrupt_newest(corrupted, corrupt_mode):
+            print("  fewer than two checkpoints: not corrupted this time", flush=True)
+        restarts = self.bench.restarts
+        learner = self.start(logdir, corrupted)
+        self.resumed += 1
+        after = resumed_env_steps(learner)
+        if after is None and self.bench.restarts == restarts:     # no checkpoint yet: from scratch
+            after = 0
+            print("  no checkpoint yet: the run starts again from scratch", flush=True)
+        if after is not None:
+            self.lost += max(0, before - after)
+            print(f"  resumed at {after} env steps ({max(0, before - after)} since the checkpoint)", flush=True)
+        return learner
+
+    def full_disk(self, learner: Learner, mount: str) -> None:
+        filler = os.path.join(mount, "filler")
+        since = len(learner.lines)
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for block in (1 << 20, 1 << 12, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * block)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+        time.sleep(self.args.full_disk_s)
+        failed = learner.wait_for(r"checkpoint failed \(.*No space left", 0, since)
+        trained = [m for m in (PROGRESS.match(x) for x in learner.lines[since:]) if m]
+        os.remove(filler)
+        print(f"  disk full for {self.args.full_disk_s:g} s: "
+              f"{'a checkpoint failed and was logged' if failed else 'no checkpoint was due'}; "
+              f"{len(trained)} progress lines meanwhile", flush=True)
+        if learner.proc.poll() is not None:
+            self.bench.fail(f"the learner exited with code {learner.proc.returncode} on the full disk")
+        elif len(trained) < 2:
+            self.bench.fail("training stopped while the disk was full")
+
+    def disturbed(self, logdir: str, mount) -> None:
+        a = self.args
+        corrupted: dict = {}
+        self.bench.logdir = logdir
+        learner = self.start(logdir, corrupted)
+        if not learner.wait_for(r"^\[\d+m\d+s\] step [1-9]", 300):
+            self.bench.fail("training did not start within 300 s")
+        next_fault, index, mode = time.monotonic() + a.fault_every, 0, 0
+        while True:
+            code = learner.proc.poll()
+            if code is not None:
+                self.end_lifetime()
+                learner.close()
+                self.bench.finish(learner, "end")
+                if code != 0 or not learner.wait_for(r"^done: max_seconds", 0):
+                    self.bench.fail(f"the learner ended with code {code} before its time was up")
+                break
+            if time.monotonic() < next_fault:
+                time.sleep(0.5)
+                continue
+            kind = FAULTS[index % len(FAULTS)]
+            index += 1
+            if kind == "full_disk" and mount is None:
+                kind = "kill_actor"
+            self.faults += 1
+            elapsed = time.monotonic() - self.t0
+            print(f"[{elapsed / 60:.1f} min] fault {self.faults}: {kind}", flush=True)
+            if kind == "kill_learner":
+                learner = self.kill_and_restart(learner, logdir, corrupted)
+            elif kind == "corrupt":
+                learner = self.kill_and_restart(learner, logdir, corrupted, CORRUPTIONS[mode % len(CORRUPTIONS)])
+                mode += 1
+            elif kind == "kill_actor":
+                if not self.bench.kill_an_actor(learner, timeout=60):
+                    self.bench.fail("no actor to kill within 60 s")
+            else:
+                self.full_disk(learner, mount)
+            next_fault = time.monotonic() + a.fault_every
+        final = [c for c in candidates(logdir) if not still_damaged(c, corrupted)]
+        if final:
+            result = check_checkpoint(final[0])
+            self.bench.duplicates += len(result["duplicate"])
+            self.bench.partials += len(result["partial"])
+            print(f"final checkpoint {os.path.basename(final[0])}: replay {result['steps']} steps in "
+                  f"{result['segments']} segments; duplicate {len(result['duplicate'])}, "
+                  f"partial {len(result['partial'])}", flush=True)
+
+    # -- the undisturbed run ------------------------------------------------------------------
+    def undisturbed(self, logdir: str) -> list:
+        learner = self.bench.start(logdir, {})
+        sampler = Sampler(learner)
+        learner.proc.wait()
+        learner.close()
+        self.bench.finish(learner, "undisturbed")
+        if learner.proc.returncode != 0:
+            self.bench.fail(f"the undisturbed run ended with code {learner.proc.returncode}")
+        return sampler.stop()
+
+    def evaluate(self, logdir: str):
+        proc = subprocess.run([sys.executable, "-m", "muzero.eval", f"--export_dir={logdir}", "--episodes=50",
+                               "--seed=7"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        m = re.search(r"mean_return=(-?[\d.]+)", proc.stdout)
+        if not m:
+            self.bench.fail(f"evaluating {logdir} failed: {proc.stderr.strip()[-300:]}")
+            return None
+        return float(m.group(1))
+
+    def orphans(self) -> int:
+        found = 0
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        cmd = f.read()
+                except OSError:
+                    continue
+                if self.workdir.encode() in cmd and _alive(int(entry)):
+                    found += 1
+        return found
+
+    def run(self) -> int:
+        a = self.args
+        self.t0 = time.monotonic()
+        mount = os.path.join(self.workdir, "disk")
+        os.makedirs(mount, exist_ok=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.tmpfs_mb}m", "tmpfs", mount],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"full_disk: skipped: cannot mount a tmpfs here ({proc.stderr.strip()[:200]})", flush=True)
+            mount, self.disk = None, "skipped"
+        logdir = os.path.join(mount or self.workdir, "disturbed")
+        print(f"workdir {self.workdir}; disturbed run in {logdir}; {a.minutes:g} min of training, a fault every "
+              f"{a.fault_every:g} s", flush=True)
+        try:
+            self.disturbed(logdir, mount)
+            baseline = None
+            if a.baseline:
+                print(f"[{(time.monotonic() - self.t0) / 60:.1f} min] the undisturbed run", flush=True)
+                baseline = self.undisturbed(os.path.join(self.workdir, "undisturbed"))
+            eval_disturbed = self.evaluate(logdir)
+            eval_undisturbed = self.evaluate(os.path.join(self.workdir, "undisturbed")) if a.baseline else None
+        finally:
+            self.bench.close_all()
+        orphans = self.bench.orphan_actors + self.orphans()
+        grown = [g for g in (Sampler.growth(s) for s in self.lifetimes) if g is not None]
+        base = Sampler.growth(baseline) if baseline else None
+        rss = base[0] if base else (max(g[0] for g in grown) if grown else float("nan"))
+        fds = base[1] if base else (max(g[1] for g in grown) if grown else float("nan"))
+        if base and (base[0] > 5.0):
+            self.bench.fail(f"the undisturbed run's memory grew {base[0]:.1f} % after its first 10 minutes")
+        if orphans:
+            self.bench.fail(f"{orphans} orphan process(es)")
+        for message in self.bench.failures:
+            print(f"failure: {message.splitlines()[0]}")
+        print(f"disk_full={self.disk} restarts={self.bench.restarts} resumed_from_intact="
+              f"{self.bench.resumed_intact}/{self.bench.resume_checks} actor_kills={self.bench.actor_kills} "
+              f"actor_restarts={self.bench.actor_restarts} corruptions={self.bench.corruptions} "
+              f"fallbacks={self.bench.fallbacks} tracebacks={self.bench.tracebacks} "
+              f"minutes={(time.monotonic() - self.t0) / 60:.1f}")
+        print(f"faults={self.faults} resumed={self.resumed} lost_env_steps={self.lost} "
+              f"duplicate_segments={self.bench.duplicates} partial_segments={self.bench.partials} "
+              f"rss_growth_pct={rss:.1f} fd_growth={fds} orphan_processes={orphans}")
+        print(f"eval_disturbed={eval_disturbed} eval_undisturbed={eval_undisturbed}", flush=True)
+        return 0 if not self.bench.failures else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=60.0, help="training minutes of each run")
+    parser.add_argument("--fault_every", type=float, default=240.0, help="seconds between faults")
+    parser.add_argument("--full_disk_s", type=float, default=60.0, help="how long the disk stays full")
+    parser.add_argument("--tmpfs_mb", type=int, default=1024, help="size of the disturbed run's file system")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the undisturbed run (as long again)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=None, help="default: a new temporary directory (kept)")
+    args = parser.parse_args()
+    if args.minutes <= 0 or args.fault_every <= 0 or args.full_disk_s <= 0:
+        parser.error("--minutes, --fault_every and --full_disk_s must be > 0")
+    if os.environ.get("MUZERO_SOAK_NS") != "1" and shutil.which("unshare"):
+        # Again inside a user and mount namespace, where mounting a tmpfs is permitted.
+        probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+        if probe.returncode == 0:
+            os.environ["MUZERO_SOAK_NS"] = "1"
+            if args.workdir is None:
+                sys.argv += [f"--workdir={tempfile.mkdtemp(prefix='muzero-soak-')}"]
+            os.execvp("unshare", ["unshare", "-rm", sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    return Soak(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
