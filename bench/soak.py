@@ -9,9 +9,9 @@ the same time). Every ``--fault_every`` seconds one fault, in turn:
 
 - ``kill_learner``: SIGKILL to the learner; its actors must exit by themselves;
 - ``kill_actor``: SIGKILL to one of its actor processes; the learner must restart it;
-- ``full_disk``: the logdir's file system (a tmpfs of ``--tmpfs_mb``) filled to the last
-  byte for ``--full_disk_s`` seconds; the checkpoints due meanwhile fail with a logged
-  line and training goes on;
+- ``full_disk``: right after a checkpoint, the logdir's file system (a tmpfs of
+  ``--tmpfs_mb``) filled to the last byte for ``--full_disk_s`` seconds and at least until
+  the next checkpoint has failed with a logged line; training must go on meanwhile;
 - ``corrupt``: SIGKILL to the learner, then bytes of the newest checkpoint damaged (the
   four kinds of ``bench/faults.py`` in turn); the restart must fall back to the one before.
 
@@ -124,8 +124,8 @@ def last_env_steps(learner: Learner) -> int:
 
 
 def resumed_env_steps(learner: Learner):
-    line = learner.wait_for(r"^resumed from .*env_steps (\d+)", 0)
-    m = re.search(r"env_steps (\d+)", line or "")
+    line = learner.wait_for(r"^resumed from .*env steps (\d+)", 0)
+    m = re.search(r"env steps (\d+)", line or "")
     return int(m.group(1)) if m else None
 
 
@@ -170,7 +170,13 @@ class Soak:
         return learner
 
     def full_disk(self, learner: Learner, mount: str) -> None:
+        """Fills the disk right after a checkpoint was written, and keeps it full for
+        ``--full_disk_s`` and at least until the next checkpoint has failed (at most 300 s)."""
         filler = os.path.join(mount, "filler")
+        since = len(learner.lines)
+        if not learner.wait_for(r"^checkpoint written", 300, since):
+            self.bench.fail("no checkpoint written within 300 s before the disk was filled")
+            return
         since = len(learner.lines)
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -182,13 +188,16 @@ class Soak:
                     pass
         finally:
             os.close(fd)
-        time.sleep(self.args.full_disk_s)
-        failed = learner.wait_for(r"checkpoint failed \(.*No space left", 0, since)
+        held = time.monotonic()
+        failed = learner.wait_for(r"checkpoint failed \(.*No space left", 300, since)
+        time.sleep(max(0.0, self.args.full_disk_s - (time.monotonic() - held)))
         trained = [m for m in (PROGRESS.match(x) for x in learner.lines[since:]) if m]
         os.remove(filler)
-        print(f"  disk full for {self.args.full_disk_s:g} s: "
-              f"{'a checkpoint failed and was logged' if failed else 'no checkpoint was due'}; "
+        print(f"  disk full for {time.monotonic() - held:.0f} s: "
+              f"{'the checkpoint due failed with a logged line' if failed else 'no checkpoint failure logged'}; "
               f"{len(trained)} progress lines meanwhile", flush=True)
+        if not failed:
+            self.bench.fail("no 'checkpoint failed ... No space left' line while the disk was full")
         if learner.proc.poll() is not None:
             self.bench.fail(f"the learner exited with code {learner.proc.returncode} on the full disk")
         elif len(trained) < 2:

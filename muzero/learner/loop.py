@@ -222,7 +222,7 @@ class Run:
             ckpt = self._restore_newest_intact(candidates)
             self.resumed_from = ckpt
             extra = ", ".join(f"{k} {v:.0f}" for k, v in self.learner.progress().items() if k.endswith("_steps"))
-            self.log(f"resumed from {ckpt}: training step {self.training_step}"
+            self.log(f"resumed from {ckpt}: training step {self.training_step}, env steps {self.env_steps}"
                      + (f", {extra}" if extra else "") + f", {format_duration(self.elapsed_before)} run before")
         elif self.init_checkpoint:
             src = self.learner.init_from(self.init_checkpoint)
