@@ -27,3 +27,21 @@ def two_device_child():
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu(count=1): needs that many visible GPUs; skipped (with the reason) "
+                            "on machines with fewer")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = [item for item in items if item.get_closest_marker("gpu")]
+    if not wanted:
+        return
+    import tensorflow as tf
+    available = len(tf.config.list_physical_devices("GPU"))
+    for item in wanted:
+        marker = item.get_closest_marker("gpu")
+        count = marker.kwargs.get("count", marker.args[0] if marker.args else 1)
+        if available < count:
+            item.add_marker(pytest.mark.skip(reason=f"needs {count} GPU(s); this machine shows {available}"))
