@@ -22,9 +22,9 @@ newest intact checkpoint, whose replay verifies and holds no duplicate or partia
 less those of the checkpoint resumed from: the steps since the last checkpoint, which is
 what a kill may cost. Every 10 s the learner's and its actors' resident memory and open
 file descriptors are summed; ``rss_growth_pct`` / ``fd_growth`` compare the end of each
-run with its 10-minute mark (for the disturbed run, per learner lifetime that lasted that
-long; none does when faults come every few minutes, so the undisturbed run's figures are
-the ones to read). ``orphan_processes`` counts actors alive 5 s after their learner was
+run with the sample ``--settle_minutes`` (10) into it (for the disturbed run, per learner
+lifetime that lasted that long; none does when faults come every few minutes, so the
+undisturbed run's figures are the ones to read). ``orphan_processes`` counts actors alive 5 s after their learner was
 killed, plus any process of the workdir left at the end. The final evaluation plays each
 run's last export greedily (``python -m muzero.eval``, 50 episodes, the same seed).
 
@@ -307,12 +307,14 @@ class Soak:
         finally:
             self.bench.close_all()
         orphans = self.bench.orphan_actors + self.orphans()
-        grown = [g for g in (Sampler.growth(s) for s in self.lifetimes) if g is not None]
-        base = Sampler.growth(baseline) if baseline else None
+        settle = a.settle_minutes * 60.0
+        grown = [g for g in (Sampler.growth(s, settle) for s in self.lifetimes) if g is not None]
+        base = Sampler.growth(baseline, settle) if baseline else None
         rss = base[0] if base else (max(g[0] for g in grown) if grown else float("nan"))
         fds = base[1] if base else (max(g[1] for g in grown) if grown else float("nan"))
         if base and (base[0] > 5.0):
-            self.bench.fail(f"the undisturbed run's memory grew {base[0]:.1f} % after its first 10 minutes")
+            self.bench.fail(f"the undisturbed run's memory grew {base[0]:.1f} % after its first "
+                            f"{a.settle_minutes:g} minutes")
         if orphans:
             self.bench.fail(f"{orphans} orphan process(es)")
         for message in self.bench.failures:
@@ -337,6 +339,8 @@ def main() -> int:
     parser.add_argument("--tmpfs_mb", type=int, default=1024, help="size of the disturbed run's file system")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the undisturbed run (as long again)")
+    parser.add_argument("--settle_minutes", type=float, default=10.0,
+                        help="memory and descriptor growth are measured from this far into a run to its end")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="default: a new temporary directory (kept)")
     args = parser.parse_args()
