@@ -262,7 +262,7 @@ class RemoteActor:
     server: str                      # the learner's HOST:PORT
     envs_per_actor: Optional[int]    # None: the settings' envs_per_actor
     actor_id: int
-    env_id_base: int                 # step-streaming actors: server env id of the first env
+    env_id_base: Optional[int]       # step-streaming actors: server env id of the first env (None: leased)
     seed: int
     evaluation: bool
     max_env_steps: int               # 0: until stopped

@@ -765,3 +765,79 @@ def test_remote_envs_checks():
         algorithms.check_remote_envs(mz, dataclasses.replace(mz.default_settings("cartpole"), remote_envs=8))
     with pytest.raises(ConfigError, match="remote_envs=-1"):
         dataclasses.replace(base, remote_envs=-1)
+
+
+def test_a_training_lease_handed_on_drops_the_previous_holders_steps(harness_factory):
+    # unroll_length 2, no overlap: unrolls of 3 steps. The first holder of remote ids 1, 2
+    # (local training id 0 before them) sends 2 steps, releases, and a new holder gets the
+    # same ids for training: its first unroll holds its own 3 observations only.
+    h = harness_factory(num_train=1, num_remote=2, unroll_length=2, overlap=0)
+    ids, lease = _register(h, 2, actor_id=1, run_id=5)
+    for t in range(2):
+        _leased_step(h, ids, lease, 5, [[100 + t, e] for e in ids])
+    assert h.client.release_envs(lease)
+    ids2, lease2 = _register(h, 2, actor_id=2, run_id=6)
+    assert ids2 == ids == [1, 2]
+    for t in range(3):
+        _leased_step(h, ids2, lease2, 6, [[200 + t, e] for e in ids2])
+    assert len(h.unrolls) == 2
+    for u in h.unrolls:
+        np.testing.assert_array_equal(u["observation"][:, 0], [200, 201, 202])
+    assert h.service.stats()["streaming/abandoned_episodes"] == 2       # the first holder's episodes
+
+
+def test_a_request_queued_behind_a_blocked_sink_fails_once_its_lease_has_ended(harness_factory):
+    queue = UnrollQueue(capacity=1)
+    h = harness_factory(num_train=0, num_remote=1, unroll_length=1, overlap=0, sink=queue.put)
+    ids, lease = _register(h, 1, actor_id=1, run_id=5)
+    _leased_step(h, ids, lease, 5, [[0, 0]])
+    _leased_step(h, ids, lease, 5, [[1, 0]])                  # the first unroll: the queue is full
+    results = {}
+
+    def call(name, obs):
+        try:
+            results[name] = _leased_step(h, ids, lease, 5, [obs])
+        except ServerError as e:
+            results[name] = e
+    blocked = threading.Thread(target=call, args=("blocked", [2, 0]))   # completes an unroll: waits in put
+    blocked.start()
+    time.sleep(0.5)
+    queued = threading.Thread(target=call, args=("queued", [3, 0]))     # waits for the batch thread
+    queued.start()
+    time.sleep(0.5)
+    assert not results
+    assert h.client.release_envs(lease)                       # the lease ends meanwhile
+    queue.get_batch(1, timeout=1)                             # the learner takes an unroll: put returns
+    blocked.join(10)
+    queued.join(10)
+    assert results["blocked"].tolist() == [2 % 3]             # it ran before the lease ended
+    error = results["queued"]
+    assert isinstance(error, ServerError) and error.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.tag == "lease-released" and "ended while the request was queued" in str(error)
+
+
+def test_a_leased_actor_stops_when_another_takes_its_actor_id(harness_factory):
+    h = harness_factory(num_train=0, num_remote=4, unroll_length=4, overlap=0, obs_size=4, num_actions=2)
+    stop = threading.Event()
+    settings = StreamingActorSettings(server=h.address, env="cartpole", num_envs=2, env_id_base=None, actor_id=9,
+                                      client_config=ClientConfig(connect_timeout_s=5))
+    errors = []
+
+    def run():
+        try:
+            run_streaming_actor(settings, stop_event=stop)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while h.context.env_steps < 20:
+        assert time.monotonic() < deadline and thread.is_alive(), errors
+        time.sleep(0.05)
+    (lease,) = list(h.service.leases._leases.values())
+    h.service.leases.register(9, lease.run_id, 2, 1)          # the same actor id and run: supersedes at once
+    thread.join(10)
+    stop.set()
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+    assert str(errors[0]) == ("another actor registered with --actor_id=9 and took this actor's env ids: give "
+                              "each actor a distinct --actor_id")

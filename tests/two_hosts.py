@@ -113,13 +113,29 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
 
+def _own_namespace(pid: int, timeout: float = 10.0) -> bool:
+    """Waits until ``pid`` runs in a network namespace other than ours."""
+    mine = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != mine:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
+
+
 def _manage() -> None:
     out = sys.stdout
+    holder = None
     try:
         _run("ip", "link", "set", "lo", "up")
         _run("ip", "link", "add", _VETH_A, "type", "veth", "peer", "name", _VETH_B)
         holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"])
-        time.sleep(0.2)
+        if not _own_namespace(holder.pid):
+            raise OSError("host B's namespace did not appear within 10 s")
         _run("ip", "link", "set", _VETH_B, "netns", str(holder.pid))
         _run("ip", "addr", "add", f"{A_ADDRESS}/24", "dev", _VETH_A)
         _run("ip", "link", "set", _VETH_A, "up")
@@ -127,6 +143,9 @@ def _manage() -> None:
         _run(*enter_b, "ip", "addr", "add", f"{B_ADDRESS}/24", "dev", _VETH_B)
         _run(*enter_b, "ip", "link", "set", _VETH_B, "up")
     except (subprocess.CalledProcessError, OSError) as e:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
         out.write(json.dumps({"error": f"setting up the hosts failed: {getattr(e, 'stderr', '') or e}"}) + "\n")
         out.flush()
         return

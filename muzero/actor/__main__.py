@@ -8,17 +8,18 @@ The algorithm (``--algo``, or the ``--config``'s) makes the actor (``Builder.rem
   learner's ``--config=<logdir>/config.json`` (copied to this machine), or rely on the
   per-env defaults and the same ``--set`` overrides the learner used.
 * the step-streaming algorithms (``vtrace``, ``ppo``, ``r2d2``, ``sac``) run a thin actor
-  (``muzero.algorithms.streaming_actor``): it steps ``--envs_per_actor`` envs with server
-  env ids ``--env_id_base`` + 0..E-1 and gets its actions from the learner. Training actors
-  must use ids below the learner's ``num_actors * envs_per_actor``; evaluation actors
-  (``--evaluation``) the ids after them.
+  (``muzero.algorithms.streaming_actor``): it steps ``--envs_per_actor`` envs and gets its
+  actions from the learner. By default it asks the learner for env ids of its
+  ``--remote_envs`` when it connects (distinct ``--actor_id`` per actor); with
+  ``--env_id_base`` it uses the ids ``--env_id_base`` + 0..E-1 of the learner's own actors
+  instead (training ids below ``num_actors * envs_per_actor``, evaluation ids after them).
 
 Examples:
   python -m muzero.actor --server=127.0.0.1:8686 --env=cartpole
   python -m muzero.actor --server=learner.example:8686 --config=config.json \\
       --tls_ca_file=cert.pem --auth_token_file=token.txt --envs_per_actor=64
   python -m muzero.actor --algo=vtrace --server=learner.example:8686 --config=config.json \\
-      --env_id_base=256 --envs_per_actor=64 --tls_ca_file=cert.pem --auth_token_file=token.txt
+      --actor_id=7 --envs_per_actor=64 --tls_ca_file=cert.pem --auth_token_file=token.txt
 """
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def main(argv):
 
 def run():
     from muzero.cli import run_main
-    run_main(main, (ValueError, OSError, ConnectionError))
+    from muzero.rpc.client import ServerError
+    run_main(main, (ValueError, OSError, ConnectionError, ServerError))
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ Per-env semantics of one ``inference`` row (env ``e``, run id ``r``):
    without one), elsewhere the step's own observation — so the state reached by step t's
    action is always ``final_observation[t + 1]`` (replay learners store transitions).
    Evaluation envs (the next ``num_eval_envs``
-   ids) build no unrolls. ``context.add_env_steps`` counts one step per training row
+   ids, and remote ids leased for evaluation) build no unrolls. ``context.add_env_steps`` counts one step per training row
    except a run's first call.
 
 Back-pressure: ``sink(unroll) -> bool`` is called after the batch's actions are
@@ -427,12 +427,17 @@ class StepStreamingService(core.InferenceService):
         if evaluation.shape != () or evaluation.dtype != np.dtype(bool):
             raise invalid(f"{m}: evaluation must be a 0-d bool tensor, got dtype {evaluation.dtype} "
                           f"shape {list(evaluation.shape)}")
-        lease = self.leases.register(actor_id, run_id, num_envs, 1)
-        ids = (self.remote_base + lease.slots).astype(np.int32)
-        # The ids' per-env state resets on their first call (the new run id differs).
-        self._train[ids] = not bool(evaluation)
+        with self.leases.lock:     # the batch thread's bookkeeping holds it too
+            lease = self.leases.register(actor_id, run_id, num_envs, 1)
+            ids = (self.remote_base + lease.slots).astype(np.int32)
+            self._train[ids] = not bool(evaluation)
+            # Their state restarts on the first call, whoever held them; an episode the
+            # previous holder had begun counts as abandoned now.
+            abandoned = int(np.count_nonzero((self._run_id[ids] != 0) & (self._ep_length[ids] > 0)))
+            self._run_id[ids] = 0
         with self._stats_lock:
             self._counters["remote_registrations"] += 1
+            self._counters["abandoned_episodes"] += abandoned
         return {"env_ids": ids, "lease": np.int64(lease.lease_id),
                 "lease_timeout_s": np.float64(self.lease_timeout_s)}
 
@@ -441,15 +446,16 @@ class StepStreamingService(core.InferenceService):
         lease_id = checks.scalar_int("release_envs", t, "lease", -2**63, 2**63 - 1)
         return {"released": np.bool_(self.leases.release(lease_id))}
 
-    def _check_owner(self, m: str, t: dict, env_ids: np.ndarray) -> None:
-        """Local ids without a lease, or remote ids all owned by the request's live lease."""
+    def _check_owner(self, m: str, t: dict, env_ids: np.ndarray):
+        """Local ids without a lease, or remote ids all owned by the request's live lease;
+        returns that lease (None for local ids)."""
         remote = env_ids >= self.remote_base
         if "lease" not in t:
             if remote.any():
                 e = int(env_ids[remote][0])
                 raise invalid(f"{m}: env id {e} is a remote env id (from {self.remote_base}); "
                               "its calls carry the lease register_envs granted")
-            return
+            return None
         lease_id = checks.scalar_int(m, t, "lease", -2**63, 2**63 - 1)
         lease = self.leases.get(lease_id)            # FAILED_PRECONDITION when not live
         if not remote.all():
@@ -459,6 +465,7 @@ class StepStreamingService(core.InferenceService):
         if (owner != lease.lease_id).any():
             e = int(env_ids[owner != lease.lease_id][0])
             raise invalid(f"{m}: env id {e} is not held by lease {lease_id}")
+        return lease
 
     # -- batched inference ---------------------------------------------------------------------------
     def _prepare(self, t: dict, context) -> Prepared:
@@ -478,7 +485,7 @@ class StepStreamingService(core.InferenceService):
             raise invalid(f"{m}: env_ids holds {lo if lo < 0 else hi}, out of range "
                           f"[0, {self.num_envs - 1}] (num_train_envs={self.num_train_envs}, "
                           f"num_eval_envs={self.num_eval_envs}, num_remote_envs={self.num_remote_envs})")
-        self._check_owner(m, t, env_ids)
+        lease = self._check_owner(m, t, env_ids)
         if b > 1:
             ids = np.sort(env_ids)
             same = ids[1:] == ids[:-1]
@@ -507,21 +514,33 @@ class StepStreamingService(core.InferenceService):
                           f"(row {row}, env_id {int(env_ids[row])} is truncated)")
         return Prepared(b, {"env_ids": env_ids, "run_ids": run_ids, "rewards": rewards,
                             "terminated": terminated, "truncated": truncated,
-                            "observations": observations, "final_observations": final})
+                            "observations": observations, "final_observations": final}, lease)
 
     def _run(self, batch) -> dict:
-        """One batch: per-env bookkeeping, one policy call, unroll assembly, then the sink."""
+        """One batch: per-env bookkeeping, one policy call, unroll assembly, then the sink.
+        The bookkeeping holds the lease table's lock, so no lease changes hands meanwhile:
+        requests whose lease ended while they were queued fail first."""
         inputs = batch.inputs
         env = inputs["env_ids"]
         b = len(env)
-        keep = self._reject_shared_envs(batch, env) if len(batch.sizes) > 1 else None
-        if keep is not None:
-            rows = np.flatnonzero(keep)
-            inputs = {k: v[rows] for k, v in inputs.items()}
-        if len(inputs["env_ids"]):
-            action, unrolls, version = self._step(inputs)
-        else:
-            action, unrolls, version = None, [], self.weights_version
+        with self.leases.lock:
+            dead = self._fail_dead_leases(batch)
+            keep = None
+            if dead:
+                keep = np.ones(b, bool)
+                for i in dead:
+                    keep[batch.offsets[i]:batch.offsets[i + 1]] = False
+            if len(batch.sizes) > 1:
+                shared = self._reject_shared_envs(batch, env, dead)
+                if shared is not None:
+                    keep = shared if keep is None else keep & shared
+            if keep is not None:
+                rows = np.flatnonzero(keep)
+                inputs = {k: v[rows] for k, v in inputs.items()}
+            if len(inputs["env_ids"]):
+                action, unrolls, version = self._step(inputs)
+            else:
+                action, unrolls, version = None, [], self.weights_version
         if keep is not None:
             full = np.zeros((b, *self.action_shape), self.action_dtype)
             if action is not None:
@@ -532,9 +551,23 @@ class StepStreamingService(core.InferenceService):
             self._deliver(unrolls)
         return {"actions": action}
 
-    def _reject_shared_envs(self, batch, env: np.ndarray) -> Optional[np.ndarray]:
+    def _fail_dead_leases(self, batch) -> list:
+        """Indices of the requests whose lease ended while they were queued (failed with
+        FAILED_PRECONDITION and the lease's tag). Called holding the lease table's lock."""
+        dead = []
+        for i, lease in enumerate(batch.tags):
+            if lease is not None and not lease.alive:
+                reason = self.leases.ended_reason(lease.lease_id)
+                batch.fail(i, RequestError(grpc.StatusCode.FAILED_PRECONDITION,
+                                           f"inference: lease={lease.lease_id} ended while the request was "
+                                           f"queued ({reason}); register again", tag=reason))
+                dead.append(i)
+        return dead
+
+    def _reject_shared_envs(self, batch, env: np.ndarray, skip=()) -> Optional[np.ndarray]:
         """Requests naming an env id that an earlier request of this batch names fail with
-        INVALID_ARGUMENT; returns the rows to keep, or None when no env id repeats."""
+        INVALID_ARGUMENT; returns the rows to keep, or None when no env id repeats. Requests
+        ``skip`` (already failed) are left out of the comparison."""
         b = len(env)
         order = np.arange(b)
         self._mark[env] = order                  # with repeats, the last write wins
@@ -542,8 +575,12 @@ class StepStreamingService(core.InferenceService):
             return None
         keep = np.ones(b, bool)
         seen = self._seen
+        clashes = 0
         for i in range(len(batch.sizes)):         # a loop over requests, not envs
             lo, hi = batch.offsets[i], batch.offsets[i + 1]
+            if i in skip:
+                keep[lo:hi] = False
+                continue
             ids = env[lo:hi]
             clash = seen[ids]
             if clash.any():
@@ -552,11 +589,12 @@ class StepStreamingService(core.InferenceService):
                     f"inference: env_id {int(ids[clash][0])} is also named by another request "
                     "in the same batch; each env id belongs to one actor", tag=ENV_ID_CLASH))
                 keep[lo:hi] = False
+                clashes += 1
             else:
                 seen[ids] = True
         seen[env] = False
         with self._stats_lock:
-            self._counters["rejected_requests"] += int(len(batch.errors))
+            self._counters["rejected_requests"] += clashes
         return keep
 
     def _reset_rows(self, e: np.ndarray) -> None:

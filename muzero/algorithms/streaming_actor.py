@@ -10,7 +10,8 @@ Env ids: an actor the learner starts owns the fixed ids ``env_id_base + arange(E
 the learner's ``num_actors``); an actor started by hand on another machine
 (``env_id_base=None``) asks the learner for E ids of its remote range (``register_envs``),
 sends its lease with every call, registers again when the lease has ended (it was unused
-too long, or the learner restarted) and releases it when it stops.
+too long, or the learner restarted), stops when another actor registered under its
+``actor_id``, and releases the lease when it stops.
 
 Run ids: every start draws a random non-zero int64 run id, sent with every row; the
 server restarts an env's state when the id changes. After a failed call (the learner
@@ -34,7 +35,7 @@ import numpy as np
 
 import envs
 from muzero.rpc import wire
-from muzero.rpc.client import ServerError, open_channel
+from muzero.rpc.client import ServerError, open_channel, unreachable
 from muzero.rpc.config import ClientConfig
 from muzero.rpc.leases import LEASE_EXPIRED, LEASE_RELEASED, LEASE_SUPERSEDED, LEASE_UNKNOWN
 
@@ -58,8 +59,10 @@ class BadActionError(RuntimeError):
 # the call): another client named one of its env ids in the same batch, or the policy produced
 # a non-finite action (the step is refused, never sent to an env; the actor backs off first).
 _RESTART_TAGS = (ENV_ID_CLASH, NONFINITE_ACTION)
-# A leased actor's lease has ended: it registers again (new run id, envs reset).
-_LEASE_TAGS = (LEASE_EXPIRED, LEASE_RELEASED, LEASE_SUPERSEDED, LEASE_UNKNOWN)
+# A leased actor's lease has ended: it registers again (new run id, envs reset). Not after
+# LEASE_SUPERSEDED: another process registered under its actor id, and the two would take
+# the lease from each other for ever; the actor stops and says so.
+_LEASE_TAGS = (LEASE_EXPIRED, LEASE_RELEASED, LEASE_UNKNOWN)
 
 
 class StreamingClient:
@@ -91,8 +94,7 @@ class StreamingClient:
                                   wait_for_ready=True)
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
-                raise ConnectionError(f"no streaming server reachable at {self.address} within "
-                                      f"{timeout:g} s") from None
+                raise unreachable("streaming", self.address, self.config, timeout) from None
             raise ServerError.from_rpc("stream_info", e) from None
         out = {k: (v.item() if v.ndim == 0 else v) for k, v in wire.decode(response).items()}
         for k in ("observation_shape", "action_shape"):
@@ -172,7 +174,8 @@ class StreamingActorSettings:
 
     ``num_envs`` envs with server env ids ``env_id_base + arange(num_envs)``, or, with
     ``env_id_base=None``, ids the learner grants from its remote range to ``actor_id``
-    (see the module doc). The envs are seeded from ``seed`` and ``env_id_base``.
+    (see the module doc). The envs are seeded from ``seed`` and ``env_id_base`` (leased:
+    ``actor_id``, so actors on different hosts play different episodes).
     ``evaluation`` says which id range the actor expects to own (checked against the
     server's ``stream_info``; the server decides how an env acts by its id) or asks for
     evaluation ids. ``max_env_steps`` (all envs together; 0 = until stopped).
@@ -214,10 +217,10 @@ class StreamingActor:
         self.settings, self.client, self.log = s, client, log
         self.stop_event = stop_event or threading.Event()
         self.leased = s.env_id_base is None
-        base = 0 if self.leased else s.env_id_base
+        base = s.actor_id if self.leased else s.env_id_base
         self.batch = envs.make_batch(s.env, s.num_envs, seed=s.seed * 100_003 + base * 1009, **s.env_options)
         self.descriptor = self.batch.descriptor
-        self.env_ids = (base + np.arange(s.num_envs)).astype(np.int32)   # leased: set by register
+        self.env_ids = (base + np.arange(s.num_envs)).astype(np.int32)   # leased: replaced by register
         self.lease: Optional[int] = None
         self.run_id = new_run_id()
         self.info: dict = {}
@@ -303,14 +306,19 @@ class StreamingActor:
                 ids, self.lease, _ = self.client.register_envs(s.num_envs, s.actor_id, self.run_id, s.evaluation)
                 break
             except ServerError as e:
-                if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED) \
-                        or time.monotonic() >= give_up or self.stop_event.is_set():
+                # Retrying with the same run id is safe: a grant whose reply was lost is replaced.
+                if e.code not in _RECONNECT_CODES + (grpc.StatusCode.RESOURCE_EXHAUSTED,) \
+                        or time.monotonic() >= give_up:
                     raise
+                if self.stop_event.is_set():
+                    return
                 self.log(f"{self.name}: {e}; retrying")
             self.stop_event.wait(min(delay, max(give_up - time.monotonic(), 0)) * random.uniform(0.5, 1.0))
             delay = min(delay * 2, cfg.backoff_max_s)
         self.env_ids = ids
-        self.log(f"{self.name}: leased env ids {int(ids.min())}..{int(ids.max())}")
+        span = (f"{int(ids.min())}..{int(ids.max())}" if int(ids.max()) - int(ids.min()) + 1 == len(ids)
+                else ",".join(str(int(i)) for i in ids))
+        self.log(f"{self.name}: leased env ids {span}")
 
     @property
     def name(self) -> str:
@@ -365,6 +373,8 @@ class StreamingActor:
             self.refused_steps += 1
             cfg = self.client.config      # the network needs updates before it acts again
             self.stop_event.wait(min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(self.refused_steps, 10)))
+        if self.leased and error.tag not in _LEASE_TAGS:
+            self.release()        # a new run id would wait for this lease to go idle
         self.run_id = new_run_id()
         self.connect()
 
@@ -400,6 +410,10 @@ class StreamingActor:
             except ServerError as err:
                 # Besides lost connections: refusals that applied nothing of this call (see
                 # _RESTART_TAGS), and an ended lease; either way, start over under a new run id.
+                if self.leased and err.tag == LEASE_SUPERSEDED:
+                    self.lease = None
+                    raise ValueError(f"another actor registered with --actor_id={s.actor_id} and took this "
+                                     "actor's env ids: give each actor a distinct --actor_id") from None
                 restart = err.tag in _RESTART_TAGS or (self.leased and err.tag in _LEASE_TAGS)
                 if (err.code not in _RECONNECT_CODES and not restart) or self.stop_event.is_set():
                     raise

@@ -225,10 +225,11 @@ def main(argv):
 
     server_config = ServerConfig(host=FLAGS.host, port=FLAGS.port, tls_cert_file=FLAGS.tls_cert_file,
                                  tls_key_file=FLAGS.tls_key_file, auth_token_file=FLAGS.auth_token_file)
-    # The learner's own actors dial 127.0.0.1 when it serves on a loopback or wildcard address
-    # (the certificate must then name localhost), else the address it serves on (which the
-    # certificate names for the remote actors anyway).
-    local_name = FLAGS.tls_cert_file and FLAGS.host in ("127.0.0.1", "localhost", "0.0.0.0", "::", "[::]")
+    # The learner's own actors dial a loopback address when it serves on a loopback or wildcard
+    # address (the certificate must then name localhost), else the address it serves on (which
+    # the certificate names for the remote actors anyway).
+    from muzero.rpc.config import is_loopback
+    local_name = FLAGS.tls_cert_file and (is_loopback(FLAGS.host) or FLAGS.host in ("0.0.0.0", "::", "[::]"))
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
                                  tls_server_name="localhost" if local_name else None)
     if FLAGS.preset:

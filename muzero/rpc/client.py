@@ -13,8 +13,18 @@ from typing import Optional
 
 import grpc
 
-from muzero.rpc.config import ClientConfig, read_bytes, read_token
+from muzero.rpc.config import ClientConfig, is_loopback, read_bytes, read_token
 from muzero.rpc.server import ERROR_TAG_KEY
+
+
+def unreachable(kind: str, address: str, config: ClientConfig, timeout: float) -> ConnectionError:
+    """The error for a server that did not answer in time; without TLS, towards an address off
+    loopback, it adds that such a learner serves TLS only (a plaintext client's handshake fails
+    like an absent server)."""
+    host = address.rsplit(":", 1)[0]
+    hint = ("; a learner off loopback serves with TLS only: pass --tls_ca_file (and --auth_token_file)"
+            if config.tls_ca_file is None and not is_loopback(host) else "")
+    return ConnectionError(f"no {kind} server reachable at {address} within {timeout:g} s{hint}")
 
 
 def open_channel(address: str, config: ClientConfig) -> tuple:

@@ -1,9 +1,10 @@
-"""Slot leases of a cache that actors write into (``LeaseTable``).
+"""Slot leases (``LeaseTable``): slots of a pool that actors register for.
 
 An actor registers ``(actor_id, run_id, num_envs, num_nodes)`` and receives a lease
-(random 63-bit id) over ``num_envs`` slots of the cache (at most ``max_lease_slots``, so
-one caller cannot take the whole cache); MuZero's latent cache
-(``muzero.algorithms.muzero.latent_cache``) keeps one search tree's hidden states per slot.
+(random 63-bit id) over ``num_envs`` slots (at most ``max_lease_slots``, so one caller
+cannot take every slot). MuZero's latent cache (``muzero.algorithms.muzero.latent_cache``)
+keeps one search tree's hidden states per slot; the step-streaming service
+(``muzero.algorithms.streaming``) leases remote env ids, one per slot (``max_nodes`` 1).
 
 A new registration by the same actor releases its previous lease (SEED's run-id rule),
 but only when it comes from the same run (re-registering, e.g. after a server restart) or the old lease
@@ -54,8 +55,9 @@ class Lease:
 
 
 class LeaseTable:
-    """Slot allocation. Mutations hold ``lock``; the service's batch threads hold it too
-    while they write the cache, so a lease cannot die half-way through a batch."""
+    """Slot allocation. Mutations hold ``lock``; the services' batch threads hold it too
+    while they use the leased slots (MuZero's cache writes, the streaming service's
+    per-env bookkeeping), so a lease cannot end half-way through a batch."""
 
     def __init__(self, num_slots: int, max_nodes: int, timeout_s: float,
                  clock: Callable[[], float] = time.monotonic, *, supersede_idle_s: float = 3.0,

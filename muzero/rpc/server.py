@@ -388,11 +388,14 @@ class BatchingServer:
                 port = server.add_secure_port(cfg.bind_address, self._credentials)
             else:
                 port = server.add_insecure_port(cfg.bind_address)
-        except RuntimeError:
+        except RuntimeError as e:
+            cause = f" (gRPC: {str(e).split(';')[0]})"
             port = 0
+        else:
+            cause = ""
         if port == 0:
             raise BindError(f"cannot bind {cfg.bind_address}: the port is in use (another learner?) or the "
-                            "address is not one of this machine's: choose another --port or --host")
+                            f"address is not one of this machine's: choose another --port or --host{cause}")
         for method in self._batched.values():
             method.thread.start()
         server.start()

@@ -31,7 +31,7 @@ import grpc
 import numpy as np
 
 from muzero.rpc import wire
-from muzero.rpc.client import LeaseLostError, ServerError, open_channel
+from muzero.rpc.client import LeaseLostError, ServerError, open_channel, unreachable
 from muzero.rpc.config import ClientConfig
 from muzero.rpc.leases import LEASE_EXPIRED, LEASE_RELEASED, LEASE_SUPERSEDED, LEASE_UNKNOWN
 from muzero.rpc.server import SERVICE
@@ -103,8 +103,7 @@ class InferenceClient:
         except grpc.RpcError as e:
             if e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                 raise ServerError.from_rpc("model_info", e) from None
-            raise ConnectionError(f"no inference server reachable at {self.address} within "
-                                  f"connect_timeout_s={self.config.connect_timeout_s}") from None
+            raise unreachable("inference", self.address, self.config, self.config.connect_timeout_s) from None
         self.info = _plain(wire.decode(response))
         return dict(self.info)
 
