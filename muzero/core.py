@@ -35,6 +35,8 @@ The unroll format (one env, ``T + 1`` consecutive steps, time-major, numpy):
     <outputs>   [T+1, ...]    what the policy returned beside the action (logits, baseline, ...)
     state/<k>   [...]         the recurrent state before step 0 (empty for feed-forward nets)
     env_id      [] i64
+    run_id      [] i64        the actor run the steps came from (one run per unroll: a new run
+                              id restarts the env, and its first unroll starts afresh)
 
 Consecutive unrolls of one env overlap by ``overlap + 1`` steps (step T of one unroll is
 step 0 of the next, SEED's convention), so a learner reading rewards[1:] and actions[:-1]

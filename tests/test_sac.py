@@ -256,3 +256,17 @@ def test_config_and_builder():
         algorithms.check_env(BUILDER, envs.describe("tictactoe"))
     with pytest.raises(ConfigError, match="image observations"):
         algorithms.check_env(BUILDER, EnvDescriptor("img", (8, 8, 1), "uint8", 3, kind="image"))
+
+
+def test_episode_assembler_drops_an_episode_its_run_did_not_finish():
+    # Env 0's run 5 sends two steps of an episode, then run 6 (a restarted actor, or the env
+    # id leased to another one) sends its own: the new run's episode is [7, 8], not
+    # [1, 2, 7, 8]; the two dropped steps are counted. The same run continues as before.
+    asm = EpisodeAssembler()
+    v = np.asarray
+    assert asm.add(0, {"reward": v([1.0, 2.0])}, v([False, False]), run_id=5) == []
+    done = asm.add(0, {"reward": v([7.0, 8.0])}, v([False, True]), run_id=6)
+    assert [list(e["reward"]) for e in done] == [[7.0, 8.0]] and asm.dropped == 2
+    assert asm.add(0, {"reward": v([3.0])}, v([False]), run_id=6) == []
+    done = asm.add(0, {"reward": v([4.0])}, v([True]), run_id=6)
+    assert [list(e["reward"]) for e in done] == [[3.0, 4.0]] and asm.dropped == 2

@@ -164,7 +164,8 @@ def test_unroll_assembly_with_overlap(harness_factory):
     # State before step 3: the episode restarted at step 2 (h = 0 there), so h = 1.
     np.testing.assert_array_equal(u2["state/h"], [1.0])
     assert set(u1) == {"observation", "reward", "terminated", "truncated", "bootstrap_value", "action",
-                       "baseline", "policy_logits", "state/h", "env_id"}
+                       "baseline", "policy_logits", "state/h", "env_id", "run_id"}
+    assert u1["run_id"] == run and u2["run_id"] == run
     # What the policy saw: prev action 0 and prev reward 0 at each episode start (steps 0, 2).
     prev_action = [int(c[1][0]) for c in h.policy.acts[1:]]          # acts[0] is the probe
     prev_reward = [float(c[2][0]) for c in h.policy.acts[1:]]

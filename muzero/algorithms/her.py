@@ -87,17 +87,23 @@ class HindsightRelabeller:
 class EpisodeAssembler:
     """Collects streamed transitions per env until an episode ends.
 
-    ``add(env_id, transitions, ends)``: transitions ``{field: [n, ...]}`` of one env in
-    order, ends [n] bool (the transition ended an episode). Returns the finished episodes
-    (dicts of arrays, oldest first)."""
+    ``add(env_id, transitions, ends, run_id)``: transitions ``{field: [n, ...]}`` of one env
+    in order, ends [n] bool (the transition ended an episode), ``run_id`` the actor run they
+    came from. Returns the finished episodes (dicts of arrays, oldest first). When an env's
+    run id changes (its actor restarted, or its env id went to another actor), the episode
+    the previous run had begun is dropped: the new run's steps never continue it."""
 
     def __init__(self, max_length: int = 100_000):
         self._parts: dict = {}
+        self._run: dict = {}
         self.max_length = int(max_length)
-        self.dropped = 0     # transitions of episodes longer than max_length, never stored
+        self.dropped = 0     # transitions never stored: episodes longer than max_length, or left unfinished
 
-    def add(self, env_id: int, transitions: dict, ends: np.ndarray) -> list:
+    def add(self, env_id: int, transitions: dict, ends: np.ndarray, run_id: int = 0) -> list:
         ends = np.asarray(ends, bool)
+        if self._run.get(env_id, run_id) != run_id and env_id in self._parts:
+            self.dropped += sum(len(p["reward"]) for p in self._parts.pop(env_id))
+        self._run[env_id] = run_id
         finished, start = [], 0
         for stop in np.flatnonzero(ends) + 1:       # a loop over episode ends, not transitions
             piece = {k: v[start:stop] for k, v in transitions.items()}

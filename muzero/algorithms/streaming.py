@@ -108,7 +108,7 @@ _LOG = logging.getLogger(__name__)
 _REQUIRED = ("env_ids", "run_ids", "rewards", "terminated", "truncated", "observations")
 _OPTIONAL = ("final_observations", "lease")
 _RESERVED = ("observation", "reward", "terminated", "truncated", "bootstrap_value", "action",
-             "env_id", "final_observation")
+             "env_id", "run_id", "final_observation")
 
 
 @runtime_checkable
@@ -763,11 +763,12 @@ class StepStreamingService(core.InferenceService):
     def _emit(self, envs_done: np.ndarray, env_ids: np.ndarray) -> list:
         """Unroll dicts of the full unroll rows ``envs_done`` (of env ids ``env_ids``); their
         next unrolls start with the last ``overlap + 1`` steps and the matching recurrent state."""
-        keys = list(self._buf) + [f"state/{k}" for k in self._start_state] + ["env_id"]
+        keys = list(self._buf) + [f"state/{k}" for k in self._start_state] + ["env_id", "run_id"]
         # One gather per field (copies [K, L, ...]), split into per-unroll views by list().
         columns = [list(v[envs_done]) for v in self._buf.values()]
         columns += [list(v[envs_done]) for v in self._start_state.values()]
         columns.append([np.int64(e) for e in env_ids.tolist()])
+        columns.append([np.int64(r) for r in self._run_id[env_ids].tolist()])
         unrolls = [dict(zip(keys, row)) for row in zip(*columns)]
         keep, p = self.overlap + 1, self.unroll_length
         for v in self._buf.values():

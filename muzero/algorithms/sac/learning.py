@@ -190,7 +190,7 @@ class SACLearner(CheckpointedLearner):
         if self.relabeller is None:
             return self.replay.add(items)
         ok = True
-        for episode in self.assembler.add(int(unroll["env_id"]), items, tr["end"]):
+        for episode in self.assembler.add(int(unroll["env_id"]), items, tr["end"], int(unroll.get("run_id", 0))):
             ok = self.replay.add(self.relabeller.relabel(episode)) and ok
         return ok
 
