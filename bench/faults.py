@@ -235,6 +235,20 @@ def corrupt(ckpt: str, mode: str, rng: random.Random) -> str:
     raise ValueError(mode)
 
 
+def fill_disk(path: str) -> None:
+    """Writes ``path`` until its file system has no byte left."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for block in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
@@ -628,17 +642,7 @@ class Bench:
             learner.close()
             self.finish(learner, "disk_full")
             return "failed"
-        # fill the disk to the last byte
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for block in (1 << 20, 1 << 12, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * block)
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
+        fill_disk(filler)
         free = shutil.disk_usage(mount).free
         print(f"  filled the disk after {os.path.basename(first.split()[-1])} ({free} bytes free)", flush=True)
         since = len(learner.lines)

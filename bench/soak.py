@@ -53,7 +53,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faults import (CORRUPTIONS, ROOT, Bench, Learner, _alive, _children, candidates, check_checkpoint,  # noqa: E402
-                    still_damaged)
+                    fill_disk, still_damaged)
 
 FAULTS = ("kill_learner", "kill_actor", "full_disk", "corrupt")
 PROGRESS = re.compile(r"^\[\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
@@ -179,16 +179,7 @@ class Soak:
                 self.bench.fail("no checkpoint written within 300 s before the disk was to be filled")
             return
         since = len(learner.lines)
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for block in (1 << 20, 1 << 12, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * block)
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
+        fill_disk(filler)
         held = time.monotonic()
         failed = learner.wait_for(r"checkpoint failed \(.*No space left", 300, since)
         time.sleep(max(0.0, self.args.full_disk_s - (time.monotonic() - held)))

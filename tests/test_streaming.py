@@ -628,6 +628,20 @@ def _register(h, num_envs, actor_id, evaluation=False, run_id=11):
     return ids.tolist(), lease
 
 
+def _actor_thread(settings, stop):
+    """``run_streaming_actor(settings)`` started in a thread; returns (thread, errors it raised)."""
+    errors = []
+
+    def run():
+        try:
+            run_streaming_actor(settings, stop_event=stop)
+        except Exception as e:  # surfaced by the test
+            errors.append(e)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
 def _leased_step(h, env_ids, lease, run_id, obs, rewards=None):
     b = len(env_ids)
     return h.client.inference(env_ids, run_id, np.zeros(b) if rewards is None else rewards, np.zeros(b, bool),
@@ -699,15 +713,7 @@ def test_leased_thin_actor_registers_again_when_its_lease_ends(harness_factory):
     stop = threading.Event()
     settings = StreamingActorSettings(server=h.address, env="cartpole", num_envs=4, env_id_base=None, actor_id=3,
                                       client_config=ClientConfig(connect_timeout_s=5, backoff_initial_s=0.05))
-    errors = []
-
-    def run():
-        try:
-            run_streaming_actor(settings, stop_event=stop)
-        except Exception as e:  # surfaced below
-            errors.append(e)
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = _actor_thread(settings, stop)
     deadline = time.monotonic() + 10
     while h.service.stats()["streaming/remote_registrations"] < 1 or len(h.unrolls) < 4:
         assert time.monotonic() < deadline, "the leased actor made no unrolls"
@@ -822,15 +828,7 @@ def test_a_leased_actor_stops_when_another_takes_its_actor_id(harness_factory):
     stop = threading.Event()
     settings = StreamingActorSettings(server=h.address, env="cartpole", num_envs=2, env_id_base=None, actor_id=9,
                                       client_config=ClientConfig(connect_timeout_s=5))
-    errors = []
-
-    def run():
-        try:
-            run_streaming_actor(settings, stop_event=stop)
-        except Exception as e:  # surfaced below
-            errors.append(e)
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = _actor_thread(settings, stop)
     deadline = time.monotonic() + 10
     while h.context.env_steps < 20:
         assert time.monotonic() < deadline and thread.is_alive(), errors
