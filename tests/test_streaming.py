@@ -765,8 +765,9 @@ def test_remote_envs_checks():
     vtrace, mz = algorithms.get("vtrace"), algorithms.get("muzero")
     base = vtrace.default_settings("cartpole")
     none = dataclasses.replace(base, num_actors=0, num_eval_actors=0)
-    with pytest.raises(ConfigError, match="has no env to act in: add --remote_envs=N"):
-        algorithms.check_remote_envs(vtrace, none)
+    with pytest.raises(ConfigError, match=r"needs at least one training env .*or --remote_envs"):
+        vtrace.check_settings(none)
+    vtrace.check_settings(dataclasses.replace(none, remote_envs=64))
     algorithms.check_remote_envs(vtrace, dataclasses.replace(none, remote_envs=64))
     with pytest.raises(ConfigError, match="lease slots of its latent cache"):
         algorithms.check_remote_envs(mz, dataclasses.replace(mz.default_settings("cartpole"), remote_envs=8))

@@ -53,15 +53,12 @@ def check_env(builder, descriptor) -> None:
 
 
 def check_remote_envs(builder, settings) -> None:
-    """ConfigError for --remote_envs on an algorithm whose remote actors need none, or for a
-    step-streaming run with no env at all (no local actor and no remote env id)."""
+    """ConfigError for --remote_envs on an algorithm whose remote actors need none (each
+    step-streaming builder's own check refuses a run with no training env at all)."""
     from muzero.config import ConfigError
     if settings.remote_envs and not builder.leases_env_ids:
         raise ConfigError(f"--remote_envs={settings.remote_envs}: --algo={settings.algo}'s remote actors lease "
                           "slots of its latent cache (service.cache_slots), not env ids: drop the flag")
-    if builder.leases_env_ids and settings.total_envs + settings.remote_envs == 0:
-        raise ConfigError(f"--algo={settings.algo} with --num_actors=0 and --num_eval_actors=0 has no env to act "
-                          "in: add --remote_envs=N (env ids for actors on other machines) or local actors")
 
 
 def check_trainable_parts(builder, parts) -> None:
