@@ -131,13 +131,6 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
 
     # Refusals, each one line, with the running learner unaffected: a second learner on the
     # same port (host A), a wrong token and a plaintext client (host B).
-    second_log = str(tmp_path / "second.log")
-    second = hosts.spawn("A", _shell(learner_command.replace("runs/remote", "runs/second")), second_log,
-                         cwd=str(host_a))
-    assert hosts.wait(second, 120) == 2, _read(second_log)[-2000:]
-    assert _last_line(_read(second_log)).startswith(
-        f"error: cannot bind {A_ADDRESS}:{PORT}: the port is in use (another learner?) or the address is not "
-        "one of this machine's: choose another --port or --host"), _read(second_log)[-2000:]
     (host_b / "wrong.txt").write_text("not-the-token-0123456789abcdef\n")
     (actor_command,) = _recipe("B")
     wrong_log, plain_log = str(tmp_path / "wrong.log"), str(tmp_path / "plain.log")
@@ -145,6 +138,15 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
                                     "--max_env_steps=80"), wrong_log, cwd=str(host_b))
     plain = hosts.spawn("B", _shell(actor_command.replace(" --tls_ca_file=cert.pem", "").replace("=100", "=8"),
                                     "--max_env_steps=80"), plain_log, cwd=str(host_b))
+    actor_log = str(tmp_path / "actor.log")          # the actor that trains, meanwhile
+    actor = hosts.spawn("B", _shell(actor_command), actor_log, cwd=str(host_b))
+    second_log = str(tmp_path / "second.log")
+    second = hosts.spawn("A", _shell(learner_command.replace("runs/remote", "runs/second")), second_log,
+                         cwd=str(host_a))
+    assert hosts.wait(second, 120) == 2, _read(second_log)[-2000:]
+    assert _last_line(_read(second_log)).startswith(
+        f"error: cannot bind {A_ADDRESS}:{PORT}: the port is in use (another learner?) or the address is not "
+        "one of this machine's: choose another --port or --host"), _read(second_log)[-2000:]
     assert hosts.wait(wrong, 120) == 2, _read(wrong_log)[-2000:]
     assert _last_line(_read(wrong_log)) == \
         "error: model_info: UNAUTHENTICATED: missing or wrong 'authorization: Bearer <token>' metadata"
@@ -157,8 +159,6 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     assert hosts.poll(learner) is None, _read(learner_log)[-3000:]
 
     # Training from host B's actor alone (the learner's own actor only evaluates).
-    actor_log = str(tmp_path / "actor.log")
-    actor = hosts.spawn("B", _shell(actor_command), actor_log, cwd=str(host_b))
     steps, env_steps = _wait(hosts, "training steps from host B's actor", lambda: _progress(learner_log)[0] > 0
                              and _progress(learner_log), 180, (learner_log, actor_log), (learner, actor))
     # Host B's actor dies (kill -9) and a new one takes its place; training goes on, and the
