@@ -228,7 +228,7 @@ class Soak:
                 learner = self.kill_and_restart(learner, logdir, corrupted, CORRUPTIONS[mode % len(CORRUPTIONS)])
                 mode += 1
             elif kind == "kill_actor":
-                if not self.bench.kill_an_actor(learner, timeout=60):
+                if not self.bench.kill_an_actor(learner, timeout=60) and learner.proc.poll() is None:
                     self.bench.fail("no actor to kill within 60 s")
             else:
                 self.full_disk(learner, mount)
