@@ -229,6 +229,18 @@ class Launcher(abc.ABC):
     def stop(self) -> None: ...
 
 
+def reseeded(args: tuple, salt: int) -> tuple:
+    """``args`` of an actor (``Builder.actor_args``) with the ``seed`` of each dataclass
+    argument that has one moved by ``salt`` (mod 2**31): what a launcher passes to an actor it
+    restarts, so that the new process does not replay its predecessor's episodes."""
+    out = []
+    for a in args:
+        if dataclasses.is_dataclass(a) and not isinstance(a, type) and "seed" in {f.name for f in dataclasses.fields(a)}:
+            a = dataclasses.replace(a, seed=(int(a.seed) + int(salt)) % 2**31)
+        out.append(a)
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class Shortcut:
     """A flag of an algorithm's that sets one config field: ``--<flag>=v`` is

@@ -2,6 +2,7 @@
 command it is passed to, every ``--set`` names a real config field, every preset and env
 exists, and the README's short commands (``python -c``, ``--help``) run."""
 import functools
+import importlib.util
 import os
 import re
 import shlex
@@ -121,9 +122,26 @@ def test_every_flag_of_every_command_exists(command):
         if learner:
             _check_learner_arguments(learner)
         return
+    if program == "ray":     # docs/SCALING.md's Ray cluster recipe (run by tests/test_two_hosts.py)
+        if importlib.util.find_spec("ray") is None:
+            pytest.skip("the ray extra is not installed")
+        flags = _ray_flags(args[0])
+        for arg in args[1:]:
+            if arg.startswith("--"):
+                assert arg[2:].split("=", 1)[0] in flags, f"ray {args[0]} has no flag {arg.split('=')[0]}"
+        return
     # openssl: docs/SCALING.md's two-host recipe, which tests/test_two_hosts.py runs.
     assert os.path.basename(program) in ("pip", "tensorboard", "openssl"), \
         f"a command this test does not know: {command}"
+
+
+@functools.lru_cache(maxsize=None)
+def _ray_flags(subcommand: str) -> frozenset:
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    proc = subprocess.run([ray, subcommand, "--help"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, f"ray has no command {subcommand!r}: {proc.stderr[-500:]}"
+    return frozenset(re.findall(r"--([a-z][a-z-]*)", proc.stdout))
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("python -c ")

@@ -79,6 +79,30 @@ def test_tls_and_token_round_trip(credentials, secure_server):
         assert c.recurrent_inference([0, 0], [2, 0], [1, 1])[1].tolist() == [16, 2]
 
 
+def test_credentials_inline_work_without_the_files(credentials, secure_server, tmp_path):
+    # What the learner gives actors on other hosts: the CA certificate and token as values.
+    d = tmp_path / "copy"
+    shutil.copytree(credentials, d)
+    config = _client_config(d).with_credentials_inline()
+    shutil.rmtree(d)
+    assert config.tls_ca_file is None and config.auth_token_file is None
+    assert config.auth_token == TOKEN and config.tls_ca_pem.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert TOKEN not in repr(config) and "BEGIN" not in repr(config)
+    with InferenceClient(f"127.0.0.1:{secure_server.port}", actor_id=3, config=config) as c:
+        c.register(2, 4)
+        assert c.initial_inference(np.array([[1, 5], [0, 1]], np.float32))["value"].tolist() == [6, 1]
+
+
+def test_bad_inline_credentials_are_refused_without_echoing_them():
+    with pytest.raises(ConfigError) as e:
+        ClientConfig(auth_token="short token")
+    assert "auth_token must hold one printable token" in str(e.value) and "short token" not in str(e.value)
+    with pytest.raises(ConfigError, match="tls_ca_pem"):
+        ClientConfig(tls_ca_pem="not bytes")
+    with pytest.raises(ConfigError, match="auth_token_file=.*cannot be read"):
+        ClientConfig(auth_token_file="/nonexistent/token.txt").with_credentials_inline()
+
+
 @pytest.mark.parametrize("token_file", ["wrong.txt", None])
 def test_wrong_or_missing_token_is_unauthenticated(credentials, secure_server, token_file):
     c = InferenceClient(f"127.0.0.1:{secure_server.port}", actor_id=2, connect=False,

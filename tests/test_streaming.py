@@ -701,6 +701,26 @@ def test_an_unused_lease_expires_and_frees_its_env_ids(harness_factory):
     assert _register(h, 2, actor_id=2)[0] == [0, 1]
 
 
+def test_a_lease_superseded_while_its_call_is_checked_fails_with_that_reason(harness_factory):
+    # The interleaving that reaches the ownership check with a lease that was live a moment
+    # before: another registration under the actor id ends it and takes its env ids.
+    h = harness_factory(num_train=0, num_eval=0, num_remote=2)
+    ids, lease = _register(h, 2, actor_id=4)
+    _leased_step(h, ids, lease, 3, [[0, 0]] * 2)
+    table, get = h.service.leases, h.service.leases.get
+
+    def get_then_supersede(lease_id):
+        live = get(lease_id)
+        table.get = get
+        table.register(4, live.run_id, 2, 1)
+        return live
+
+    table.get = get_then_supersede
+    with pytest.raises(ServerError) as e:
+        _leased_step(h, ids, lease, 3, [[0, 0]] * 2)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and e.value.tag == "lease-superseded"
+
+
 def test_register_envs_without_remote_ids_names_the_flag(harness_factory):
     h = harness_factory(num_train=2)
     with pytest.raises(ServerError, match="num_remote_envs=0.*--remote_envs=N"):

@@ -7,6 +7,7 @@ README's two commands must be the recipe's. The learner serves on host A's addre
 TLS and a token, and every training actor runs on host B, so the training the learner
 reports comes from B alone. Where namespaces cannot be made, the tests skip and say why.
 """
+import importlib.util
 import os
 import re
 import shlex
@@ -14,15 +15,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 from tests.e2e_helpers import ROOT, subprocess_env
-from tests.two_hosts import A_ADDRESS, TwoHosts, netns_problem
+from tests.two_hosts import A_ADDRESS, B_ADDRESS, TwoHosts, netns_problem
 
 _PROBLEM = netns_problem()
 needs_netns = pytest.mark.skipif(_PROBLEM is not None, reason=f"two-host tests: {_PROBLEM}")
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="the ray extra is not installed (pip install -e '.[ray]')")
 
 PORT = 8686          # the namespaces are private: no other process can hold it
 TOKEN = "two-hosts-token-0123456789abcdef"
@@ -47,7 +51,7 @@ def hosts(tmp_path):
     h.close()
 
 
-DOC_ADDRESS = "10.0.0.1"
+DOC_ADDRESS, DOC_B_ADDRESS = "10.0.0.1", "10.0.0.2"
 
 
 def _recipe(marker: str) -> list:
@@ -61,10 +65,17 @@ def _recipe(marker: str) -> list:
 
 
 def _shell(command: str, *extra: str) -> list:
-    """``command`` (a recipe line) for sh, with this Python for ``python`` and flags appended."""
-    command = command.replace(DOC_ADDRESS, A_ADDRESS)
+    """``command`` (a recipe line) for sh, with this Python for ``python`` (and its ``ray``)
+    and flags appended; leading ``VAR=value`` words are given through ``env``."""
+    command = command.replace(DOC_ADDRESS, A_ADDRESS).replace(DOC_B_ADDRESS, B_ADDRESS)
+    assignments = re.match(r"((?:\w+=\S+ )*)(.*)", command)
+    prefix, command = assignments.group(1), assignments.group(2)
     if command.startswith("python "):
         command = shlex.quote(sys.executable) + command[len("python"):]
+    elif command.startswith("ray "):
+        command = shlex.quote(os.path.join(os.path.dirname(sys.executable), "ray")) + command[len("ray"):]
+    if prefix:
+        command = "env " + prefix + command
     return ["sh", "-c", " ".join(["exec", command, *map(shlex.quote, extra)])]   # signals reach the program
 
 
@@ -164,7 +175,13 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     # Host B's actor dies (kill -9) and a new one takes its place; training goes on, and the
     # learner's evaluation actor on host A, dialling A's address, reports greedy returns.
     hosts.signal(actor, signal.SIGKILL)
+    lines = _read(learner_log).count("| env steps ")
     actor2 = hosts.spawn("B", _shell(actor_command, "--seed=1"), actor_log, cwd=str(host_b))
+    # The second progress line after the kill counts every step the killed actor delivered;
+    # steps beyond it come from the new actor.
+    _wait(hosts, "two progress lines after the kill", lambda: _read(learner_log).count("| env steps ") >= lines + 2,
+          60, (learner_log,), (learner,))
+    env_steps = _progress(learner_log)[1]
     _wait(hosts, "env steps from the new actor", lambda: _progress(learner_log)[1] > env_steps + 200, 120,
           (learner_log, actor_log), (learner, actor2))
     _wait(hosts, "an evaluation return", lambda: re.search(r"eval -?\d", _read(learner_log)), 120,
@@ -211,3 +228,99 @@ def test_streaming_learner_hands_env_ids_to_a_remote_actor_and_survives_a_cut_li
     hosts.signal(learner, signal.SIGINT)
     assert hosts.wait(learner, 120) == 0, _read(learner_log)[-3000:]
     assert "Traceback" not in _read(learner_log), _read(learner_log)[-3000:]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _ray_started(log: str) -> bool:
+    return "Ray runtime started" in _read(log)
+
+
+@needs_netns
+@needs_ray
+def test_ray_places_actors_on_another_host_which_can_stop_and_come_back(credentials, tmp_path):
+    # HOME is the test's own: Ray keeps its cluster token in ~/.ray, which both hosts share
+    # here (as the recipe's copy would make them).
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(subprocess_env(), HOME=str(home))
+    hosts = TwoHosts(str(tmp_path), env=env)
+    # Ray's socket paths must stay under 108 bytes: its directories go under a short path.
+    ray_dir = tempfile.mkdtemp(prefix="mzray")
+    try:
+        _ray_on_two_hosts(hosts, credentials, tmp_path, ray_dir)
+    finally:
+        hosts.close()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def _ray_on_two_hosts(hosts, credentials, tmp_path, ray_dir):
+    host_a = tmp_path / "A"
+    host_a.mkdir()
+    for name in ("cert.pem", "key.pem", "token.txt"):
+        shutil.copy(credentials / name, host_a / name)
+    *setup, head_command, learner_command = _recipe("ray-A")
+    (node_command,) = _recipe("ray-B")
+    head_log, node_log, learner_log = (str(tmp_path / f"{n}.log") for n in ("head", "node", "learner"))
+    for i, command in enumerate(setup):             # Ray's token
+        log = str(tmp_path / f"setup{i}.log")
+        assert hosts.wait(hosts.spawn("A", _shell(command), log, cwd=str(host_a)), 60) == 0, _read(log)
+    head = hosts.spawn("A", _shell(head_command, "--block", f"--temp-dir={ray_dir}/a"), head_log)
+    _wait(hosts, "Ray's head", lambda: _ray_started(head_log), 90, (head_log,), (head,))
+    node = hosts.spawn("B", _shell(node_command, "--block", f"--temp-dir={ray_dir}/b"), node_log)
+    _wait(hosts, "host B's Ray node", lambda: _ray_started(node_log), 90, (node_log,), (node,))
+    learner = hosts.spawn("A", _shell(learner_command, "--max_seconds=400"), learner_log, cwd=str(host_a))
+    _wait(hosts, "the learner serving", lambda: "Ray actor(s) on" in _read(learner_log), 120,
+          (learner_log,), (learner,))
+    # The actors' arguments hold the credentials: the files can go (host B never had them).
+    for name in ("cert.pem", "key.pem", "token.txt"):
+        os.remove(host_a / name)
+    joined = _wait(hosts, "the three actors on host B", lambda: len(re.findall(
+        rf"ray actor \d joined: pid \d+ on .* \({re.escape(B_ADDRESS)}\), seed \d+", _read(learner_log))) == 3
+        and re.findall(r"ray actor (\d) joined: pid (\d+) .*seed (\d+)", _read(learner_log)), 120,
+        (learner_log, node_log), (learner, node))
+    steps, env_steps = _wait(hosts, "training from host B's actors", lambda: _progress(learner_log)[0] > 0
+                             and _progress(learner_log), 180, (learner_log,), (learner,))
+
+    # One actor killed (kill -9 of its process on B): Ray restarts it with a fresh seed.
+    # (Three actors: the run's two training actors and its evaluation actor.)
+    index, pid, seed = next(j for j in joined if j[0] == "1")
+    os.kill(int(pid), signal.SIGKILL)
+    killed_at = time.monotonic()
+    _wait(hosts, f"the end of pid {pid}", lambda: not _alive(int(pid)), 10, (learner_log,))
+    back = _wait(hosts, "actor 1 back", lambda: re.search(r"ray actor 1 is back after .*? as pid (\d+) on .*"
+                                                          r"\(([\d.]+)\), seed (\d+)", _read(learner_log)),
+                 60, (learner_log,), (learner,))
+    assert time.monotonic() - killed_at < 10.0, back.group(0)
+    assert back.group(1) != pid and back.group(2) == B_ADDRESS and back.group(3) != seed, back.group(0)
+
+    # Host B's Ray node stops: its actors are lost and the learner goes on serving; the node
+    # starts again and Ray places both actors there, which train again.
+    hosts.signal(node, signal.SIGTERM)
+    assert hosts.wait(node, 60) is not None, _read(node_log)[-2000:]
+    _wait(hosts, "actor 0 reported lost", lambda: re.search(r"ray actor 0 \(pid \d+\) was lost", _read(learner_log)),
+          60, (learner_log,), (learner,))
+    assert hosts.poll(learner) is None, _read(learner_log)[-3000:]
+    node = hosts.spawn("B", _shell(node_command, "--block", f"--temp-dir={ray_dir}/b2"), node_log)
+    _wait(hosts, "both actors back on the new node", lambda: all(
+        re.search(rf"ray actor {i} is back after .*\({re.escape(B_ADDRESS)}\)", _read(learner_log).split(
+            "was lost")[-1]) for i in (0, 1)), 120, (learner_log, node_log), (learner, node))
+    # The old actors died with their node, over 4 s before their successors were back: the
+    # next progress line counts all they delivered, and steps beyond it are the new actors'.
+    lines = _read(learner_log).count("| env steps ")
+    _wait(hosts, "a progress line", lambda: _read(learner_log).count("| env steps ") >= lines + 1, 60,
+          (learner_log,), (learner,))
+    env_steps = _progress(learner_log)[1]
+    _wait(hosts, "env steps from the actors on the new node", lambda: _progress(learner_log)[1] > env_steps + 200,
+          120, (learner_log,), (learner, node))
+    hosts.signal(learner, signal.SIGINT)
+    assert hosts.wait(learner, 120) == 0, _read(learner_log)[-3000:]
+    assert "Traceback" not in _read(learner_log), _read(learner_log)[-3000:]
+    pids = [int(p) for p in re.findall(r"ray actor \d (?:joined|is back).*? pid (\d+)", _read(learner_log))]
+    assert not any(_alive(p) for p in pids), pids          # the learner stopped every actor it had

@@ -463,6 +463,9 @@ class StepStreamingService(core.InferenceService):
                           "lease names only the ids its lease holds")
         owner = self.leases.owners(env_ids - self.remote_base)
         if (owner != lease.lease_id).any():
+            # The lease may have ended since get() (superseded, expired, released: its ids are
+            # freed after it is marked ended); then the call fails with that lease's reason.
+            self.leases.get(lease_id)
             e = int(env_ids[owner != lease.lease_id][0])
             raise invalid(f"{m}: env id {e} is not held by lease {lease_id}")
         return lease

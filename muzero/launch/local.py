@@ -1,7 +1,8 @@
 """Local launcher: N actor processes on this machine, spawned (never forked).
 
 The learner owns a :class:`LocalActors`; it starts the processes, restarts any
-that die (with back-off, so a crashing actor cannot spin), and stops them all at
+that die (with back-off, so a crashing actor cannot spin) with fresh arguments (and a seed
+moved by the restart count: ``core.reseeded``), and stops them all at
 exit. Each child also watches its parent and exits if the parent disappears, so
 no actor outlives a learner that was killed with SIGKILL.
 
@@ -18,6 +19,8 @@ from typing import Any, Callable, Optional
 
 from muzero import core
 
+# A restarted actor's seed moves by this (a prime) times its restart count (core.reseeded).
+RESEED_SALT = 104_729
 
 def _watch_parent(parent_pid: int, interval: float = 1.0) -> None:
     """Ends this process when its parent is gone (re-parented to another pid)."""
@@ -52,12 +55,16 @@ class LocalActors(core.Launcher):
         self._ctx = multiprocessing.get_context("spawn")
         self._procs: list = [None] * num_actors
         self._started_at = [0.0] * num_actors
+        self._restarts_of = [0] * num_actors
         self.restarts = 0
         self._stopping = False
 
-    def _start(self, index: int) -> None:
+    def _start(self, index: int, restart: int = 0) -> None:
+        args = self._args_fn(index)
+        if restart:
+            args = core.reseeded(args, RESEED_SALT * restart)
         proc = self._ctx.Process(target=_child_main, name=f"actor-{index}",
-                                 args=(self._target, self._args_fn(index), os.getpid()), daemon=True)
+                                 args=(self._target, args, os.getpid()), daemon=True)
         proc.start()
         self._procs[index] = proc
         self._started_at[index] = time.monotonic()
@@ -85,7 +92,8 @@ class LocalActors(core.Launcher):
                 continue
             self._log(f"actor {i} (pid {proc.pid}) exited with code {proc.exitcode}; restarting it")
             self.restarts += 1
-            self._start(i)
+            self._restarts_of[i] += 1
+            self._start(i, self._restarts_of[i])
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every actor, wait up to ``timeout`` seconds, then SIGKILL what is left."""

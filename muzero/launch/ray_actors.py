@@ -6,7 +6,8 @@ actors and the thin step-streaming actors both run on it. Each actor is one Ray 
 (:class:`_ActorHost`) whose constructor starts the acting loop in a thread of that Ray
 worker process; if the loop ends without being asked to (a crash), the host exits its
 process, and Ray restarts it (up to ``max_restarts`` times; -1 without limit) by running
-the constructor again with the same arguments. ``stop`` asks every host to stop its loop
+the constructor again with the same arguments, which the constructor gives a fresh seed
+(``core.reseeded``; the actor's run id is drawn per process anyway). ``stop`` asks every host to stop its loop
 (:func:`muzero.process.request_stop`, which the actors watch like SIGTERM), waits,
 then kills what is left.
 
@@ -17,10 +18,11 @@ cluster, whose hosts need this package installed and must reach the learner's ad
 (a non-loopback bind needs TLS and a token; see README "Scale-out on Ray").
 
 A monitor thread asks every host for ``info()`` twice a second and logs joins ("ray
-actor 3 joined: pid 1234 on host-a"), losses (the host's process died; Ray is
-restarting it) and returns after a restart with the time the actor was away. A lost
-actor is only counted, never replaced by the launcher: restarting is Ray's job, and an
-actor whose restarts are used up stays lost (logged).
+actor 3 joined: pid 1234 on host-a (10.0.0.2), seed 7922"), losses (the host's process
+died; Ray is restarting it), returns after a restart with the time the actor was away,
+and actors Ray has not placed 30 s after the start (no node with free CPUs). A lost actor is only counted, never replaced by the
+launcher: restarting is Ray's job; one away for 30 s is asked every 5 s from then on, and
+logged when it returns.
 
 Imports Ray only when a launcher starts; never TensorFlow.
 """
@@ -28,11 +30,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import threading
 import time
 import traceback
+import warnings
 from typing import Any, Callable, Optional
 
 from muzero import core
@@ -40,8 +44,12 @@ from muzero.config import ConfigError
 
 # Seconds between the monitor's info() rounds.
 MONITOR_INTERVAL_S = 0.5
-# An actor whose info() calls keep failing for this long is counted as lost for good.
+# An actor whose info() calls keep failing for this long is reported lost, and then asked
+# only every LOST_POLL_S (it may come back when a node with free CPUs joins).
 LOST_AFTER_S = 30.0
+LOST_POLL_S = 5.0
+# An actor not placed this long after its start is reported (the cluster lacks free CPUs?).
+UNPLACED_AFTER_S = 30.0
 
 
 class _ActorHost:
@@ -54,6 +62,13 @@ class _ActorHost:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.index = index
         self.error: Optional[str] = None
+        # Ray restarts an actor by running this constructor again with the arguments of its
+        # first start; a fresh seed keeps the new process from replaying the old one's episodes.
+        self.restarted = _reconstructed()
+        if self.restarted:
+            args = core.reseeded(args, secrets.randbits(31))
+        self.seeds = [a.seed for a in args if hasattr(a, "seed")]
+        self.node = _node_address()
         self._stop_requested = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(target, args), name=f"actor-{index}",
                                         daemon=True)
@@ -71,7 +86,7 @@ class _ActorHost:
 
     def info(self) -> dict:
         return {"pid": os.getpid(), "host": socket.gethostname(), "running": self._thread.is_alive(),
-                "error": self.error}
+                "error": self.error, "restarted": self.restarted, "node": self.node, "seeds": self.seeds}
 
     def stop(self, timeout: float) -> bool:
         """Asks the loop to stop; True if it ended within ``timeout`` seconds."""
@@ -80,6 +95,26 @@ class _ActorHost:
         request_stop()
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+def _reconstructed() -> bool:
+    """True inside a Ray actor that Ray restarted (False outside Ray)."""
+    try:
+        import ray
+        with warnings.catch_warnings():     # Ray 2.60's property reads a deprecated field itself
+            warnings.simplefilter("ignore")
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - not in a Ray worker, or an older Ray without the field
+        return False
+
+
+def _node_address() -> str:
+    """The address of the Ray node this process runs on ("" outside Ray)."""
+    try:
+        import ray
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 class _Slot:
@@ -92,6 +127,8 @@ class _Slot:
         self.running = False
         self.down_since: Optional[float] = None   # monotonic time of the first failed info()
         self.lost = False
+        self.sent_at = 0.0                        # monotonic time of the last info() sent
+        self.unplaced_reported = False
 
 
 # Ray reads this when imported: false makes a node's address the loopback address (Ray's
@@ -100,11 +137,27 @@ class _Slot:
 _LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
+_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def _ray_token_available() -> bool:
+    """Whether Ray's cluster token is set for this process: RAY_AUTH_TOKEN, the file
+    RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    return os.path.isfile(path)
+
+
 def _import_ray(loopback_only: bool):
     """Imports Ray; ``loopback_only`` keeps a Ray instance this process starts (and its
     child processes) on 127.0.0.1."""
     if loopback_only:
         os.environ[_LOOPBACK_ONLY_ENV] = "0"
+    elif _AUTH_MODE_ENV not in os.environ and _ray_token_available():
+        # Joining a cluster whose token this host has: authenticate with it, as `ray start`
+        # with RAY_AUTH_MODE=token does (Ray's own clients only use it when told to).
+        os.environ[_AUTH_MODE_ENV] = "token"
     try:
         import ray
         from ray._private import ray_constants
@@ -169,6 +222,7 @@ class RayActors(core.Launcher):
         self._stopping = threading.Event()
         self._monitor: Optional[threading.Thread] = None
         self._started_ray = False
+        self._started_at = 0.0
         self.restarts = 0
         self._ray = None
 
@@ -207,6 +261,7 @@ class RayActors(core.Launcher):
             handle = host_class.options(num_cpus=self._cpus_per_actor, max_restarts=self._max_restarts).remote(
                 self._target, self._args_fn(i), i)
             self._slots.append(_Slot(handle))
+        self._started_at = time.monotonic()
         self._monitor = threading.Thread(target=self._monitor_loop, name="ray-actor-monitor", daemon=True)
         self._monitor.start()
 
@@ -276,19 +331,29 @@ class RayActors(core.Launcher):
                     self._on_failure(i, slot, now, e)
                 else:
                     self._on_info(i, slot, now, info)
-            if slot.pending is None and not slot.lost:
+            if slot.pending is None and (not slot.lost or now - slot.sent_at >= LOST_POLL_S):
                 slot.pending = slot.handle.info.remote()
+                slot.sent_at = now
+            if slot.pid is None and not slot.unplaced_reported and now - self._started_at >= UNPLACED_AFTER_S:
+                slot.unplaced_reported = True
+                self._log(f"ray actor {i} has not started {UNPLACED_AFTER_S:g} s after it was asked for: Ray "
+                          f"has no node with {self._cpus_per_actor:g} free CPU for it (the run asks for "
+                          f"{len(self._slots)} actors; `ray status` shows what is free; give the hosts more "
+                          "--num-cpus or lower --ray_cpus_per_actor)")
 
     def _on_info(self, i: int, slot: _Slot, now: float, info: dict) -> None:
         with self._lock:
             previous, away = slot.pid, slot.down_since
             slot.pid, slot.running, slot.down_since = info["pid"], bool(info["running"]), None
+            slot.lost = False
+        where = info["host"] + (f" ({info['node']})" if info.get("node") else "")
+        seed = f", seed {info['seeds'][0]}" if info.get("seeds") else ""
         if previous is None:
-            self._log(f"ray actor {i} joined: pid {info['pid']} on {info['host']}")
+            self._log(f"ray actor {i} joined: pid {info['pid']} on {where}{seed}")
         elif info["pid"] != previous:
             self.restarts += 1
             gone = f" after {now - away:.1f} s" if away is not None else ""
-            self._log(f"ray actor {i} is back{gone}: restarted by Ray as pid {info['pid']} on {info['host']}")
+            self._log(f"ray actor {i} is back{gone}: restarted by Ray as pid {info['pid']} on {where}{seed}")
 
     def _on_failure(self, i: int, slot: _Slot, now: float, error: Exception) -> None:
         with self._lock:
@@ -304,5 +369,5 @@ class RayActors(core.Launcher):
             self._log(f"ray actor {i} (pid {slot.pid}) was lost ({type(error).__name__}); Ray restarts it "
                       f"({limit})")
         if lost:
-            self._log(f"ray actor {i} has not come back for {LOST_AFTER_S:g} s; counted as lost for good "
-                      f"(Ray's restarts used up, or its node is gone)")
+            self._log(f"ray actor {i} has not come back for {LOST_AFTER_S:g} s (its node is gone and no other "
+                      f"has a free CPU, or its restarts are used up); asked again every {LOST_POLL_S:g} s")

@@ -230,8 +230,10 @@ def main(argv):
     # the certificate names for the remote actors anyway).
     from muzero.rpc.config import is_loopback
     local_name = FLAGS.tls_cert_file and (is_loopback(FLAGS.host) or FLAGS.host in ("0.0.0.0", "::", "[::]"))
+    # The certificate and token travel inside the actors' arguments (as values), so that actors
+    # Ray places on other hosts need no files there.
     client_config = ClientConfig(tls_ca_file=FLAGS.tls_cert_file, auth_token_file=FLAGS.auth_token_file,
-                                 tls_server_name="localhost" if local_name else None)
+                                 tls_server_name="localhost" if local_name else None).with_credentials_inline()
     if FLAGS.preset:
         print(f"preset {FLAGS.preset}: {builder.presets[FLAGS.preset].description}", flush=True)
     if notes:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import grpc
 
-from muzero.rpc.config import ClientConfig, is_loopback, read_bytes, read_token
+from muzero.rpc.config import ClientConfig, is_loopback
 from muzero.rpc.server import ERROR_TAG_KEY
 
 
@@ -23,7 +23,7 @@ def unreachable(kind: str, address: str, config: ClientConfig, timeout: float) -
     like an absent server)."""
     host = address.rsplit(":", 1)[0]
     hint = ("; a learner off loopback serves with TLS only: pass --tls_ca_file (and --auth_token_file)"
-            if config.tls_ca_file is None and not is_loopback(host) else "")
+            if not config.uses_tls and not is_loopback(host) else "")
     return ConnectionError(f"no {kind} server reachable at {address} within {timeout:g} s{hint}")
 
 
@@ -32,9 +32,9 @@ def open_channel(address: str, config: ClientConfig) -> tuple:
     metadata to send with every call: ``(channel, metadata)``.
 
     The channel has the message size limits, no gRPC-level retries and reconnect back-off
-    from ``config``; TLS when ``tls_ca_file`` is set (``tls_server_name`` overrides the
+    from ``config``; TLS when ``tls_ca_file`` or ``tls_ca_pem`` is set (``tls_server_name`` overrides the
     name checked on the certificate). ``metadata`` is ``(("authorization", "Bearer
-    <token>"),)`` when ``auth_token_file`` is set, else None. Shared by every client
+    <token>"),)`` when ``auth_token_file`` or ``auth_token`` is set, else None. Shared by every client
     (``InferenceClient``, ``muzero.algorithms.streaming_actor.StreamingClient``).
     """
     options = [("grpc.max_receive_message_length", config.max_message_bytes),
@@ -43,16 +43,16 @@ def open_channel(address: str, config: ClientConfig) -> tuple:
                ("grpc.initial_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
                ("grpc.min_reconnect_backoff_ms", int(config.backoff_initial_s * 1e3)),
                ("grpc.max_reconnect_backoff_ms", int(config.backoff_max_s * 1e3))]
-    if config.tls_ca_file is not None:
-        ca = read_bytes(config.tls_ca_file, "ClientConfig", "tls_ca_file")
+    if config.uses_tls:
+        ca = config.ca_pem()
         if config.tls_server_name:
             options.append(("grpc.ssl_target_name_override", config.tls_server_name))
         channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(ca), options)
     else:
         channel = grpc.insecure_channel(address, options)
     metadata = None
-    if config.auth_token_file is not None:
-        token = read_token(config.auth_token_file, "ClientConfig")
+    token = config.token()
+    if token is not None:
         metadata = (("authorization", f"Bearer {token}"),)
     return channel, metadata
 

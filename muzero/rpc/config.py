@@ -120,6 +120,11 @@ class ClientConfig:
     # Host name the server certificate must carry, when it differs from the address.
     tls_server_name: Optional[str] = None
     auth_token_file: Optional[str] = None
+    # The same credentials as values rather than paths (``with_credentials_inline``): the
+    # CA's PEM bytes and the token. They travel inside the config to actors on other hosts,
+    # which then need no files; a value wins over its file. Left out of repr.
+    tls_ca_pem: Optional[bytes] = dataclasses.field(default=None, repr=False)
+    auth_token: Optional[str] = dataclasses.field(default=None, repr=False)
     # After a server restart the client re-registers and replays the calls of the
     # current search (kept as the already-encoded request bytes, no copies) so the
     # search continues; beyond this many journalled calls it raises LeaseLostError.
@@ -137,6 +142,32 @@ class ClientConfig:
         for name in ("tls_ca_file", "tls_server_name", "auth_token_file"):
             _opt_str(self, name)
         _int(self, "journal_max_calls", 0, 10**9)
+        if self.tls_ca_pem is not None and (not isinstance(self.tls_ca_pem, bytes) or not self.tls_ca_pem):
+            _fail(self, "tls_ca_pem", "must be None or non-empty PEM bytes")
+        if self.auth_token is not None:
+            check_token(self.auth_token, "ClientConfig.auth_token", "the value given")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls_ca_pem is not None or self.tls_ca_file is not None
+
+    def ca_pem(self) -> Optional[bytes]:
+        """The CA's PEM bytes (the value, else the file read now), or None without TLS."""
+        if self.tls_ca_pem is not None:
+            return self.tls_ca_pem
+        return None if self.tls_ca_file is None else read_bytes(self.tls_ca_file, "ClientConfig", "tls_ca_file")
+
+    def token(self) -> Optional[str]:
+        """The auth token (the value, else the file read now), or None."""
+        if self.auth_token is not None:
+            return self.auth_token
+        return None if self.auth_token_file is None else read_token(self.auth_token_file, "ClientConfig")
+
+    def with_credentials_inline(self) -> "ClientConfig":
+        """A copy holding the CA certificate and token as values, read from their files now
+        (ConfigError if unreadable), so that the config works on a host without the files."""
+        return dataclasses.replace(self, tls_ca_pem=self.ca_pem(), auth_token=self.token(),
+                                   tls_ca_file=None, auth_token_file=None)
 
 
 def read_token(path: str, owner: str) -> str:
@@ -146,9 +177,17 @@ def read_token(path: str, owner: str) -> str:
             token = f.read().strip()
     except OSError as e:
         raise ConfigError(f"{owner}.auth_token_file={path!r} cannot be read: {e}") from None
-    if len(token) < 16 or any(c.isspace() for c in token) or not token.isprintable():
-        raise ConfigError(f"{owner}.auth_token_file={path!r} must hold one printable token of "
-                          f">= 16 characters without spaces (found {len(token)} characters)")
+    return check_token(token, f"{owner}.auth_token_file={path!r}", "it")
+
+
+def check_token(token, where: str, source: str) -> str:
+    """``token`` if it is one printable string of >= 16 characters without spaces, else a
+    ConfigError naming ``where`` (never the token itself)."""
+    if (not isinstance(token, str) or len(token) < 16 or any(c.isspace() for c in token)
+            or not token.isprintable()):
+        found = f"{len(token)} characters" if isinstance(token, str) else type(token).__name__
+        raise ConfigError(f"{where} must hold one printable token of >= 16 characters without spaces "
+                          f"({source} has {found})")
     return token
 
 

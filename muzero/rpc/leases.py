@@ -170,12 +170,14 @@ class LeaseTable:
             self._end(lid, LEASE_EXPIRED)
 
     def _end(self, lease_id: int, reason: str) -> None:
+        # In this order, so that a thread that finds the lease's slots freed (without the
+        # lock) also finds the lease gone from the table and the reason it ended.
+        self._ended[lease_id] = reason
         lease = self._leases.pop(lease_id)
         lease.alive = False
         self._owner[lease.slots] = -1
         if self._by_actor.get(lease.actor_id) == lease_id:
             del self._by_actor[lease.actor_id]
-        self._ended[lease_id] = reason
         while len(self._ended) > _ENDED_MEMORY:
             self._ended.popitem(last=False)
 
