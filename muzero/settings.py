@@ -68,6 +68,10 @@ class RunSettings:
     # for them when they connect (step-streaming algorithms; MuZero's remote actors lease
     # slots of its latent cache instead, service.cache_slots). 0: only the learner's actors.
     remote_envs: int = 0
+    # A remote env id lease unused this long (seconds) ends and its ids go back to the pool: how
+    # long a silent actor host (dead, or cut off) keeps its ids. An actor whose lease ended
+    # registers again and starts its episodes over.
+    remote_lease_s: float = 60.0
 
     def __post_init__(self):
         checks = {"num_actors": (self.num_actors, 0), "envs_per_actor": (self.envs_per_actor, 1),
@@ -83,6 +87,9 @@ class RunSettings:
         for name, (value, lo) in checks.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
+        lease = self.remote_lease_s
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease <= 1e6:
+            raise ConfigError(f"RunSettings.remote_lease_s={lease!r} is invalid: must be a number in (0, 1e6]")
         for name in ("max_seconds", "progress_every_s", "checkpoint_every_secs", "export_every_secs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

@@ -793,6 +793,11 @@ def test_remote_envs_checks():
         algorithms.check_remote_envs(mz, dataclasses.replace(mz.default_settings("cartpole"), remote_envs=8))
     with pytest.raises(ConfigError, match="remote_envs=-1"):
         dataclasses.replace(base, remote_envs=-1)
+    with pytest.raises(ConfigError, match=r"remote_lease_s=0 is invalid: must be a number in \(0, 1e6\]"):
+        dataclasses.replace(base, remote_lease_s=0)
+    algorithms.check_remote_envs(vtrace, dataclasses.replace(base, remote_lease_s=5.0))
+    with pytest.raises(ConfigError, match=r"--remote_lease_s=5: .*--set=service.lease_timeout_s"):
+        algorithms.check_remote_envs(mz, dataclasses.replace(mz.default_settings("cartpole"), remote_lease_s=5.0))
 
 
 def test_a_training_lease_handed_on_drops_the_previous_holders_steps(harness_factory):

@@ -200,7 +200,8 @@ def test_streaming_learner_hands_env_ids_to_a_remote_actor_and_survives_a_cut_li
         shutil.copy(d / name, tmp_path / name)
     learner_command, actor_command = _recipe("streaming")
     learner_log = str(tmp_path / "learner.log")
-    learner = hosts.spawn("A", _shell(learner_command, "--max_seconds=240"), learner_log, cwd=str(tmp_path))
+    learner = hosts.spawn("A", _shell(learner_command, "--max_seconds=240", "--remote_lease_s=8"), learner_log,
+                          cwd=str(tmp_path))
     config = tmp_path / "runs" / "remote_vtrace" / "config.json"
     _wait(hosts, "config from the learner", lambda: config.exists() and "serving" in _read(learner_log), 120,
           (learner_log,), (learner,))
@@ -211,18 +212,21 @@ def test_streaming_learner_hands_env_ids_to_a_remote_actor_and_survives_a_cut_li
           (learner_log, actor_log), (learner, actor))
     leased = re.search(r"leased env ids (\d+)\.\.(\d+)", _read(actor_log))
     assert leased and int(leased.group(2)) - int(leased.group(1)) == 7, _read(actor_log)[-2000:]
-    # The cable is cut for 13 s: no env step reaches the learner meanwhile (progress lines
-    # come every 5 s, so the first one 6 s in counts everything that arrived before the cut);
-    # once the link is back the actor's call in flight completes (or times out and the actor
-    # reconnects under a new run id) and training goes on.
+    # The cable is cut for 20 s, longer than the 8 s lease: no env step reaches the learner
+    # meanwhile (progress lines come every 5 s, so the first one 6 s in counts everything that
+    # arrived before the cut), and the lease ends. Once the link is back the actor registers
+    # again under a new run id (told that its lease ended, or its call having failed as
+    # UNAVAILABLE), and training goes on.
     hosts.link(False)
     time.sleep(6.5)
     cut = _progress(learner_log)
-    time.sleep(6.5)
+    time.sleep(13.5)
     assert _progress(learner_log)[1] == cut[1], _read(learner_log)[-2000:]
     hosts.link(True)
     _wait(hosts, "training after the link came back", lambda: _progress(learner_log)[1] > cut[1] + 500, 180,
           (learner_log, actor_log), (learner, actor))
+    assert _read(actor_log).count("reconnecting with a new run id") == 1, _read(actor_log)[-2000:]
+    assert _read(actor_log).count("leased env ids") == 2, _read(actor_log)[-2000:]
     hosts.signal(actor, signal.SIGTERM)
     assert hosts.wait(actor, 60) == 0, _read(actor_log)[-3000:]
     hosts.signal(learner, signal.SIGINT)

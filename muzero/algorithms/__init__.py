@@ -53,12 +53,16 @@ def check_env(builder, descriptor) -> None:
 
 
 def check_remote_envs(builder, settings) -> None:
-    """ConfigError for --remote_envs on an algorithm whose remote actors need none (each
-    step-streaming builder's own check refuses a run with no training env at all)."""
+    """ConfigError for --remote_envs or --remote_lease_s on an algorithm whose remote actors
+    lease no env ids (each step-streaming builder's own check refuses a run with no training
+    env at all)."""
     from muzero.config import ConfigError
     if settings.remote_envs and not builder.leases_env_ids:
         raise ConfigError(f"--remote_envs={settings.remote_envs}: --algo={settings.algo}'s remote actors lease "
                           "slots of its latent cache (service.cache_slots), not env ids: drop the flag")
+    if settings.remote_lease_s != 60.0 and not builder.leases_env_ids:
+        raise ConfigError(f"--remote_lease_s={settings.remote_lease_s:g}: --algo={settings.algo}'s remote actors "
+                          "lease slots of its latent cache, whose lease time is --set=service.lease_timeout_s")
 
 
 def check_trainable_parts(builder, parts) -> None:

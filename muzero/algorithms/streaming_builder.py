@@ -36,7 +36,7 @@ class StreamingBuilder(core.Builder):
             num_eval_envs=settings.num_eval_actors * settings.eval_envs_per_actor,
             unroll_length=settings.config.training.unroll_length, overlap=self.overlap(settings),
             sink=learner.sink, context=context, store_final_observations=self.store_final_observations,
-            num_remote_envs=settings.remote_envs)
+            num_remote_envs=settings.remote_envs, lease_timeout_s=settings.remote_lease_s)
 
     def actor_target(self):
         from muzero.algorithms.streaming_actor import run_streaming_actor

@@ -94,6 +94,8 @@ flags.DEFINE_integer("ray_max_restarts", None, "--launcher=ray: restarts Ray gra
                      "default, means without limit).")
 flags.DEFINE_integer("remote_envs", None, "Env ids handed out to actors started on other machines "
                      "(python -m muzero.actor without --env_id_base); step-streaming algorithms. Default 0.")
+flags.DEFINE_float("remote_lease_s", None, "Seconds a remote actor's env id lease lasts unused before its ids "
+                   "go back to the pool (step-streaming algorithms). Default 60.")
 flags.DEFINE_integer("learner_devices", None, "Train on N devices (data parallel, MirroredStrategy): the first N "
                      "GPUs, or N logical CPU devices on a machine without GPUs. Default 1. Algorithms that "
                      "take it: " + ", ".join(n for n in algorithms.names() if algorithms.get(n).multi_device) + ".")
@@ -177,7 +179,7 @@ def build_settings():
            "launcher": FLAGS.launcher,
            "ray_address": FLAGS.ray_address, "ray_cpus_per_actor": FLAGS.ray_cpus_per_actor,
            "ray_max_restarts": FLAGS.ray_max_restarts, "learner_devices": FLAGS.learner_devices,
-           "remote_envs": FLAGS.remote_envs}
+           "remote_envs": FLAGS.remote_envs, "remote_lease_s": FLAGS.remote_lease_s}
     notes = []
     if not FLAGS.config:   # a saved config.json is complete: nothing is derived again
         settings, notes = algorithms.get(settings.algo).fit_to_env(settings, descriptor, changes)
