@@ -7,10 +7,17 @@ status 2, instead of a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Callable
 
 from absl import app
+
+# gRPC's core logs only errors unless GRPC_VERBOSITY says otherwise (read when grpc is first
+# imported, which the commands do after this module): its INFO lines, such as a failed TLS
+# handshake for every retry of a plaintext client, read like the learner's own failures,
+# and the client that failed already says why in one line.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def json_object_flag(name: str, text: str) -> dict:
