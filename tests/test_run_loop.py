@@ -446,3 +446,19 @@ def test_the_pace_line_a_minute_in_gives_the_rates_of_the_half_minute_before():
     offline = _Pace(start=0.0)
     offline.line(31.0, 0, 100)
     assert offline.line(61.0, 0, 250) == "pace over the last 30 s: training 5.0 steps/s"
+
+
+def test_the_eta_rates_cover_the_last_minute_of_progress_samples():
+    # Actors that deliver 6,400 env steps at a time make 5-second rates swing between 1,280/s
+    # and 0; the window averages over at least 60 s. Samples every 5 s; a delivery every 30 s.
+    from muzero.learner.loop import _RateWindow
+    window = _RateWindow(span_s=60.0)
+    assert window.add(0.0, 0, 0) == (0.0, 0.0)
+    assert window.add(5.0, 6_400, 10) == (1280.0, 2.0)
+    assert window.add(10.0, 6_400, 20) == (640.0, 2.0)
+    for t in range(15, 65, 5):
+        window.add(float(t), 6_400 if t < 35 else 12_800, 2 * t)
+    # At 65 s the oldest sample kept is the newest one at least 60 s old: t = 5 (6,400 env
+    # steps, step 10): (12,800 - 6,400) / 60 = 106.7 env steps/s, (130 - 10) / 60 = 2.0 steps/s.
+    env_rate, step_rate = window.add(65.0, 12_800, 130)
+    assert env_rate == pytest.approx(6_400 / 60) and step_rate == pytest.approx(2.0)

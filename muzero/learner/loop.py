@@ -18,6 +18,7 @@ Size: one class, ``Run``; each step above is a method of it.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -85,6 +86,26 @@ class _Pace:
         if env_rate > 0:
             text += f"; 100k env steps take about {format_duration(100_000 / env_rate)} at this pace"
         return text
+
+
+class _RateWindow:
+    """Env-step and training-step rates over the last ``span_s`` seconds of progress samples,
+    for the ETA: a 5-second rate swings from thousands to 0 when actors deliver their steps in
+    large segments, and so would the ETA."""
+
+    def __init__(self, span_s: float = 60.0):
+        self.span_s = span_s
+        self.samples: collections.deque = collections.deque()
+
+    def add(self, now: float, env_steps: int, training_step: int) -> tuple:
+        """Adds a sample; returns (env steps/s, training steps/s) since the oldest sample kept
+        (0, 0 with a single sample)."""
+        self.samples.append((now, env_steps, training_step))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.span_s:
+            self.samples.popleft()
+        t0, env0, step0 = self.samples[0]
+        dt = now - t0
+        return ((env_steps - env0) / dt, (training_step - step0) / dt) if dt > 0 else (0.0, 0.0)
 
 
 def server_address(host: str, port: int) -> str:
@@ -328,6 +349,8 @@ class Run:
         metrics: dict = {}
         record: dict = {}
         pace = _Pace(last_progress)
+        window = _RateWindow()
+        window.add(last_progress, self.env_steps, self.training_step)
         # A resumed run whose limit is already reached stops before training another step
         # (it still checkpoints and exports at the end: a way to export a checkpoint).
         reason = self._limits_reached(last_progress - start)
@@ -349,7 +372,8 @@ class Run:
                 dt = now - last_progress
                 env_rate = (self.env_steps - last_env) / dt
                 step_rate = (self.training_step - last_step) / dt
-                record = self._progress(now - start, env_rate, step_rate, metrics)
+                record = self._progress(now - start, env_rate, step_rate, metrics,
+                                        eta_rates=window.add(now, self.env_steps, self.training_step))
                 last_progress, last_env, last_step = now, self.env_steps, self.training_step
                 line = pace.line(now, self.env_steps, self.training_step)
                 if line:
@@ -390,7 +414,7 @@ class Run:
         return record
 
     def _progress(self, elapsed: float, env_rate: float, step_rate: float, metrics: dict,
-                  stop_reason: Optional[str] = None) -> dict:
+                  stop_reason: Optional[str] = None, eta_rates: Optional[tuple] = None) -> dict:
         episodes = self.context.episodes
         train_ret, eval_ret = episodes.mean_return(False), episodes.mean_return(True)
         stats = self.service.stats(reset=True)
@@ -443,7 +467,7 @@ class Run:
                  f"env steps {self.env_steps} ({env_rate:.0f}/s) | return train {returned(train_ret)} "
                  f"eval {returned(eval_ret)} | " + (f"{data} | " if data else "") +
                  f"loss {metrics.get('loss/total', float('nan')):.3f} | actors {alive} | "
-                 f"ETA {self._eta(elapsed, env_rate, step_rate)}")
+                 f"ETA {self._eta(elapsed, *(eta_rates or (env_rate, step_rate)))}")
         return record
 
     def _summaries(self, step: int, write: Callable[[], None]) -> None:
