@@ -2,6 +2,7 @@
 
     python bench/soak.py --minutes=60                       # the disturbed run, then the undisturbed one
     python bench/soak.py --minutes=8 --fault_every=60 --no-baseline     # a smoke run of the machinery
+    python bench/soak.py --minutes=60 --actor_host          # training actors on a second host
 
 The disturbed run is ``python -m muzero.learner --env=cartpole`` with its defaults (plus
 ``--max_seconds``, which bounds the training time across restarts, so both runs train for
@@ -14,6 +15,17 @@ the same time). Every ``--fault_every`` seconds one fault, in turn:
   the next checkpoint has failed with a logged line; training must go on meanwhile;
 - ``corrupt``: SIGKILL to the learner, then bytes of the newest checkpoint damaged (the
   four kinds of ``bench/faults.py`` in turn); the restart must fall back to the one before.
+
+With ``--actor_host`` the run spans two hosts made of network namespaces joined by a veth
+pair (``tests/two_hosts.py``): the learner serves on host A's address with TLS and a token
+(``--num_actors=0``; its evaluation actor stays on A), and ``--remote_actors`` actors run on
+host B (``python -m muzero.actor --config=...``), each started again a second after it ends,
+as a service manager would. ``kill_actor`` then kills one of B's actors, and one more fault
+joins the turn:
+
+- ``kill_actor_host``: host B goes down: every actor on it SIGKILLed and the link cut for
+  ``--host_down_s`` (20 s), then B comes back; the learner must keep serving and env steps
+  must grow again within 180 s.
 
 After each learner kill the supervisor starts the same command again at once, as a user's
 scheduler would, and checks the restart as ``bench/faults.py`` does: it resumed from the
@@ -54,16 +66,137 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faults import (CORRUPTIONS, ROOT, Bench, Learner, _alive, _children, candidates, check_checkpoint,  # noqa: E402
                     fill_disk, still_damaged)
+sys.path.insert(0, ROOT)
+from tests.two_hosts import A_ADDRESS, set_link, setup_hosts  # noqa: E402
 
 FAULTS = ("kill_learner", "kill_actor", "full_disk", "corrupt")
+# With --actor_host the training actors run on host B, and B as a whole goes down too.
+HOST_FAULTS = ("kill_learner", "kill_actor", "kill_actor_host", "full_disk", "corrupt")
 PROGRESS = re.compile(r"^\[\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
 
 
-def soak_command(minutes: float):
+PORT = 8686
+
+
+def soak_command(minutes: float, credentials=None):
+    """The learner's command; with ``credentials`` (a directory holding cert.pem, key.pem and
+    token.txt) it serves on host A's address with TLS and a token and leaves the training
+    actors to host B (``--num_actors=0``; its evaluation actor stays with it)."""
     def command(logdir: str, seed: int) -> list:
-        return [sys.executable, "-m", "muzero.learner", "--env=cartpole", f"--logdir={logdir}", f"--seed={seed}",
-                f"--max_seconds={minutes * 60:g}"]
+        cmd = [sys.executable, "-m", "muzero.learner", "--env=cartpole", f"--logdir={logdir}", f"--seed={seed}",
+               f"--max_seconds={minutes * 60:g}"]
+        if credentials:
+            cmd += ["--num_actors=0", f"--host={A_ADDRESS}", f"--port={PORT}",
+                    f"--tls_cert_file={credentials}/cert.pem", f"--tls_key_file={credentials}/key.pem",
+                    f"--auth_token_file={credentials}/token.txt"]
+        return cmd
     return command
+
+
+def make_credentials(directory: str) -> str:
+    """A self-signed certificate for host A's address and a token, in ``directory``."""
+    os.makedirs(directory, exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "2", "-subj", "/CN=learner", "-addext", f"subjectAltName=IP:{A_ADDRESS}",
+                    "-keyout", os.path.join(directory, "key.pem"), "-out", os.path.join(directory, "cert.pem")],
+                   check=True, capture_output=True)
+    with open(os.path.join(directory, "token.txt"), "w") as f:
+        f.write(f"soak-{random.getrandbits(96):024x}\n")
+    return directory
+
+
+class ActorHost:
+    """Host B's training actors: ``count`` ``python -m muzero.actor`` processes against the
+    learner on host A (TLS and token), each started again 1 s after it ends, with a fresh
+    seed, as a service manager would. ``down()`` kills them all and holds them down (a host
+    that died); ``up()`` lets them start again."""
+
+    def __init__(self, enter_b: list, logdir: str, credentials: str, count: int, log_path: str, rng):
+        self.enter_b, self.logdir, self.credentials, self.count = enter_b, logdir, credentials, count
+        self.rng = rng
+        self.log = open(log_path, "ab")
+        self.procs: list = [None] * count
+        self.starts = 0
+        self.held = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self, timeout: float = 300.0) -> bool:
+        """Starts the actors once the learner has written its config.json; False if it did not."""
+        config = os.path.join(self.logdir, "config.json")
+        deadline = time.monotonic() + timeout
+        while not os.path.isfile(config):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        threading.Thread(target=self._supervise, daemon=True).start()
+        return True
+
+    def _spawn(self, i: int) -> None:
+        c = self.credentials
+        cmd = [*self.enter_b, sys.executable, "-m", "muzero.actor", f"--server={A_ADDRESS}:{PORT}",
+               f"--config={self.logdir}/config.json", f"--tls_ca_file={c}/cert.pem",
+               f"--auth_token_file={c}/token.txt", f"--actor_id={100 + i}", f"--seed={self.rng.randrange(2**31)}"]
+        self.procs[i] = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.starts += 1
+
+    def _supervise(self) -> None:
+        ended_at: dict = {}
+        while not self._stop.wait(0.25):
+            with self._lock:
+                if self.held:
+                    continue
+                for i, proc in enumerate(self.procs):
+                    if proc is None or proc.poll() is not None:
+                        since = ended_at.setdefault(i, time.monotonic())
+                        if proc is None or time.monotonic() - since >= 1.0:
+                            ended_at.pop(i, None)
+                            self._spawn(i)
+
+    def alive(self) -> list:
+        return [p.pid for p in self.procs if p is not None and p.poll() is None]
+
+    def kill_one(self):
+        """SIGKILLs one running actor; its pid, or None if none runs."""
+        with self._lock:
+            running = self.alive()
+            if not running:
+                return None
+            victim = self.rng.choice(running)
+            os.kill(victim, signal.SIGKILL)
+            return victim
+
+    def down(self) -> int:
+        """Every actor SIGKILLed and held down; how many were running."""
+        with self._lock:
+            self.held = True
+            running = self.alive()
+            for pid in running:
+                os.kill(pid, signal.SIGKILL)
+            for p in self.procs:
+                if p is not None:
+                    p.wait()
+            return len(running)
+
+    def up(self) -> None:
+        with self._lock:
+            self.held = False
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for p in self.procs:
+                if p is not None and p.poll() is None:
+                    p.terminate()
+            for p in self.procs:
+                if p is not None:
+                    try:
+                        p.wait(15)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+        self.log.close()
 
 
 def _tree(pid: int) -> list:
@@ -134,8 +267,14 @@ class Soak:
         self.args = args
         self.rng = random.Random(args.seed)
         self.bench = Bench(argparse.Namespace(seed=args.seed, workdir=args.workdir, tmpfs_mb=args.tmpfs_mb))
-        self.bench.command = soak_command(args.minutes)
         self.workdir = self.bench.workdir
+        self.enter_b = None
+        self.credentials = None
+        if args.actor_host:
+            self.holder, self.enter_b = setup_hosts()
+            self.credentials = make_credentials(os.path.join(self.workdir, "credentials"))
+        self.bench.command = soak_command(args.minutes, self.credentials)
+        self.host_downs = self.host_starts = 0
         self.faults = self.resumed = self.lost = 0
         self.lifetimes: list = []     # samples per learner lifetime
         self.disk = "on"
@@ -195,11 +334,72 @@ class Soak:
         elif learner.proc.poll() is None and len(trained) < 2:
             self.bench.fail("training stopped while the disk was full")
 
+    def actor_host(self, logdir: str, name: str):
+        """Host B's actors for the run in ``logdir`` (None without --actor_host)."""
+        if self.enter_b is None:
+            return None
+        host = ActorHost(self.enter_b, logdir, self.credentials, self.args.remote_actors,
+                         os.path.join(self.workdir, f"{name}-actors.log"), self.rng)
+        if not host.start():
+            self.bench.fail(f"{name}: no config.json from the learner within 300 s; host B's actors not started")
+        return host
+
+    def kill_remote_actor(self, host: "ActorHost", learner: Learner) -> None:
+        victim = host.kill_one()
+        if victim is None:
+            self.bench.fail("no actor running on host B to kill")
+            return
+        self.bench.actor_kills += 1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(host.alive()) < host.count:
+            time.sleep(0.25)
+        if len(host.alive()) < host.count:
+            self.bench.fail(f"host B's actor pid {victim} was killed and not running again within 30 s")
+        else:
+            self.bench.actor_restarts += 1
+            print(f"  killed host B's actor pid {victim}; running again", flush=True)
+
+    def kill_actor_host(self, host: "ActorHost", learner: Learner) -> None:
+        """Host B dies: every actor killed and the link cut for --host_down_s, then B comes back
+        (link up, actors started again). The learner must keep serving throughout, and env
+        steps must grow again within 180 s of B's return."""
+        since = len(learner.lines)
+        killed = host.down()
+        set_link(False)
+        time.sleep(self.args.host_down_s)
+        set_link(True)
+        before = last_env_steps(learner)
+        host.up()
+        self.host_downs += 1
+        alive = learner.proc.poll() is None
+        lines = [m for m in (PROGRESS.match(x) for x in learner.lines[since:]) if m]
+        deadline = time.monotonic() + 180
+        while alive and time.monotonic() < deadline and last_env_steps(learner) <= before + 500:
+            time.sleep(1.0)
+            alive = learner.proc.poll() is None
+        grew = last_env_steps(learner) - before
+        print(f"  host B down for {self.args.host_down_s:g} s ({killed} actors killed, link cut): "
+              f"{len(lines)} progress lines meanwhile; {grew} env steps since it came back", flush=True)
+        if learner.proc.poll() is not None and learner.proc.returncode != 0:
+            self.bench.fail(f"the learner exited with code {learner.proc.returncode} while host B was down")
+        elif learner.proc.poll() is None and grew <= 500:
+            self.bench.fail("no env steps from host B's actors within 180 s of its return")
+
     def disturbed(self, logdir: str, mount) -> None:
-        a = self.args
         corrupted: dict = {}
         self.bench.logdir = logdir
         learner = self.start(logdir, corrupted)
+        host = self.actor_host(logdir, "disturbed")
+        try:
+            self._disturb(learner, host, logdir, mount, corrupted)
+        finally:
+            if host is not None:
+                host.stop()
+                self.host_starts += host.starts
+
+    def _disturb(self, learner: Learner, host, logdir: str, mount, corrupted: dict) -> None:
+        a = self.args
+        faults = HOST_FAULTS if host is not None else FAULTS
         if not learner.wait_for(r"^\[\d+m\d+s\] step [1-9]", 300):
             self.bench.fail("training did not start within 300 s")
         next_fault, index, mode = time.monotonic() + a.fault_every, 0, 0
@@ -215,7 +415,7 @@ class Soak:
             if time.monotonic() < next_fault:
                 time.sleep(0.5)
                 continue
-            kind = FAULTS[index % len(FAULTS)]
+            kind = faults[index % len(faults)]
             index += 1
             if kind == "full_disk" and mount is None:
                 kind = "kill_actor"
@@ -227,9 +427,13 @@ class Soak:
             elif kind == "corrupt":
                 learner = self.kill_and_restart(learner, logdir, corrupted, CORRUPTIONS[mode % len(CORRUPTIONS)])
                 mode += 1
+            elif kind == "kill_actor" and host is not None:
+                self.kill_remote_actor(host, learner)
             elif kind == "kill_actor":
                 if not self.bench.kill_an_actor(learner, timeout=60) and learner.proc.poll() is None:
                     self.bench.fail("no actor to kill within 60 s")
+            elif kind == "kill_actor_host":
+                self.kill_actor_host(host, learner)
             else:
                 self.full_disk(learner, mount)
             next_fault = time.monotonic() + a.fault_every
@@ -246,7 +450,11 @@ class Soak:
     def undisturbed(self, logdir: str) -> list:
         learner = self.bench.start(logdir, {})
         sampler = Sampler(learner)
+        host = self.actor_host(logdir, "undisturbed")
         learner.proc.wait()
+        if host is not None:
+            host.stop()
+            self.host_starts += host.starts
         learner.close()
         self.bench.finish(learner, "undisturbed")
         if learner.proc.returncode != 0:
@@ -298,6 +506,9 @@ class Soak:
             eval_undisturbed = self.evaluate(os.path.join(self.workdir, "undisturbed")) if a.baseline else None
         finally:
             self.bench.close_all()
+            if self.enter_b is not None:
+                self.holder.kill()
+                self.holder.wait()
             if mount is not None:       # the tmpfs ends with this namespace: keep the run's files
                 shutil.copytree(logdir, os.path.join(self.workdir, "disturbed"), dirs_exist_ok=True)
         orphans = self.bench.orphan_actors + self.orphans()
@@ -318,6 +529,8 @@ class Soak:
               f"actor_restarts={self.bench.actor_restarts} corruptions={self.bench.corruptions} "
               f"fallbacks={self.bench.fallbacks} tracebacks={self.bench.tracebacks} "
               f"minutes={(time.monotonic() - self.t0) / 60:.1f}")
+        if self.enter_b is not None:
+            print(f"actor_host_downs={self.host_downs} remote_actor_starts={self.host_starts}")
         print(f"faults={self.faults} resumed={self.resumed} lost_env_steps={self.lost} "
               f"duplicate_segments={self.bench.duplicates} partial_segments={self.bench.partials} "
               f"rss_growth_pct={rss:.1f} fd_growth={fds} orphan_processes={orphans}")
@@ -335,6 +548,12 @@ def main() -> int:
                         help="also run the undisturbed run (as long again)")
     parser.add_argument("--settle_minutes", type=float, default=10.0,
                         help="memory and descriptor growth are measured from this far into a run to its end")
+    parser.add_argument("--actor_host", action="store_true",
+                        help="train from actors on a second host (network namespaces joined by a veth pair): the "
+                             "learner serves on host A with TLS and a token, host B runs --remote_actors actors, "
+                             "and host B going down (its actors killed, the link cut) joins the faults")
+    parser.add_argument("--remote_actors", type=int, default=2, help="--actor_host: actors on host B")
+    parser.add_argument("--host_down_s", type=float, default=20.0, help="--actor_host: how long host B stays down")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="default: a new temporary directory (kept)")
     args = parser.parse_args()
@@ -342,12 +561,17 @@ def main() -> int:
         parser.error("--minutes, --fault_every and --full_disk_s must be > 0")
     if os.environ.get("MUZERO_SOAK_NS") != "1" and shutil.which("unshare"):
         # Again inside a user and mount namespace, where mounting a tmpfs is permitted.
-        probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+        # With --actor_host, in a network namespace of its own too (host A).
+        flags = "-rmn" if args.actor_host else "-rm"
+        probe = subprocess.run(["unshare", flags, "true"], capture_output=True)
         if probe.returncode == 0:
             os.environ["MUZERO_SOAK_NS"] = "1"
             if args.workdir is None:
                 sys.argv += [f"--workdir={tempfile.mkdtemp(prefix='muzero-soak-')}"]
-            os.execvp("unshare", ["unshare", "-rm", sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
+            os.execvp("unshare", ["unshare", flags, sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
+        if args.actor_host:
+            parser.error(f"--actor_host needs user and network namespaces (unshare {flags}), which are not "
+                         "permitted here")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     return Soak(args).run()
 

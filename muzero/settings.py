@@ -64,9 +64,10 @@ class RunSettings:
     # Devices the learner trains on: 1, or N > 1 for data parallelism over the first N GPUs
     # (tf.distribute.MirroredStrategy); without GPUs, N logical CPU devices.
     learner_devices: int = 1
-    # Env ids the learner hands out to actors started by hand on other machines, which ask
-    # for them when they connect (step-streaming algorithms; MuZero's remote actors lease
-    # slots of its latent cache instead, service.cache_slots). 0: only the learner's actors.
+    # Envs of actors started by hand on other machines. Step-streaming algorithms hand out
+    # that many env ids, which remote actors ask for when they connect; MuZero makes room
+    # for them in its latent cache (its own actors' slots are kept for them either way).
+    # 0: only the learner's actors (MuZero's cache still has at least 256 slots).
     remote_envs: int = 0
     # A remote env id lease unused this long (seconds) ends and its ids go back to the pool: how
     # long a silent actor host (dead, or cut off) keeps its ids. An actor whose lease ended
@@ -88,8 +89,10 @@ class RunSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"RunSettings.{name}={value!r} is invalid: must be an integer >= {lo}")
         lease = self.remote_lease_s
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 0 < lease <= 1e6:
-            raise ConfigError(f"RunSettings.remote_lease_s={lease!r} is invalid: must be a number in (0, 1e6]")
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 5 <= lease <= 1e6:
+            # Remote actors call many times a second but send no heartbeat: a lease shorter than a
+            # stall of a loaded machine would end live actors' leases.
+            raise ConfigError(f"RunSettings.remote_lease_s={lease!r} is invalid: must be a number in [5, 1e6]")
         for name in ("max_seconds", "progress_every_s", "checkpoint_every_secs", "export_every_secs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:

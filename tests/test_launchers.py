@@ -68,10 +68,16 @@ def test_a_ray_host_restarted_by_ray_draws_a_fresh_seed(monkeypatch):
         seen.append(settings.seed)
         release.wait(10)
 
+    monkeypatch.setattr(ray_actors, "_node_address", lambda: "10.0.0.2")
     for restarted in (False, True):
         release.clear()
         monkeypatch.setattr(ray_actors, "_reconstructed", lambda: restarted)
-        host = ray_actors._ActorHost(target, (_Settings("cartpole", 7),), 0)
+        made = []                         # made off the main thread: no SIGINT handler is changed here
+        maker = threading.Thread(target=lambda: made.append(
+            ray_actors._ActorHost(target, (_Settings("cartpole", 7),), 0)))
+        maker.start()
+        maker.join(10)
+        host = made[0]
         host._stop_requested.set()        # asked to stop: the loop's end is no crash (no os._exit)
         release.set()
         host._thread.join(10)
@@ -80,8 +86,8 @@ def test_a_ray_host_restarted_by_ray_draws_a_fresh_seed(monkeypatch):
 
 
 class _Ref:
-    def __init__(self, value=None, error=None):
-        self.value, self.error = value, error
+    def __init__(self, value=None, error=None, ready=True):
+        self.value, self.error, self.ready = value, error, ready
 
 
 class _FakeHandle:
@@ -92,12 +98,14 @@ class _FakeHandle:
         self.info = self
 
     def remote(self):
+        if self.reply is None:            # not placed: the call waits
+            return _Ref(ready=False)
         return _Ref(error=self.reply) if isinstance(self.reply, Exception) else _Ref(value=self.reply)
 
 
 class _FakeRay:
     def wait(self, refs, num_returns, timeout):
-        return refs, []
+        return [r for r in refs if r.ready], [r for r in refs if not r.ready]
 
     def get(self, ref):
         if ref.error is not None:
@@ -109,13 +117,14 @@ def test_the_monitor_reports_unplaced_actors_and_lost_ones_that_come_back(monkey
     clock = [1000.0]
     monkeypatch.setattr(ray_actors.time, "monotonic", lambda: clock[0])
     lines = []
-    launcher = ray_actors.RayActors(2, target=print, args_fn=lambda i: (), log=lines.append)
+    launcher = ray_actors.RayActors(3, target=print, args_fn=lambda i: (), log=lines.append)
     launcher._ray = _FakeRay()
-    handles = [_FakeHandle(), _FakeHandle()]
+    handles = [_FakeHandle(), _FakeHandle(), _FakeHandle()]
     launcher._slots = [ray_actors._Slot(h) for h in handles]
     launcher._started_at = clock[0]
     handles[0].reply = {"pid": 11, "host": "b", "running": True, "error": None, "node": "10.0.0.2", "seeds": [5]}
-    handles[1].reply = RuntimeError("pending placement")      # never placed: info() fails
+    handles[1].reply = None                                   # never placed: its info() waits
+    handles[2].reply = ModuleNotFoundError("no muzero here")  # placed, but its start fails
 
     def rounds(seconds):
         for _ in range(int(seconds / ray_actors.MONITOR_INTERVAL_S)):
@@ -124,8 +133,11 @@ def test_the_monitor_reports_unplaced_actors_and_lost_ones_that_come_back(monkey
 
     rounds(31)
     assert "ray actor 0 joined: pid 11 on b (10.0.0.2), seed 5" in lines
-    assert [line for line in lines if "has not started 30 s after" in line][0].startswith(
-        "ray actor 1 has not started 30 s after it was asked for: Ray has no node with 1 free CPU")
+    unplaced = sorted(line for line in lines if "has not started 30 s after" in line)
+    assert unplaced[0].startswith("ray actor 1 has not started 30 s after it was asked for: Ray has no node "
+                                  "with 1 free CPU")
+    assert unplaced[1].startswith("ray actor 2 has not started 30 s after it was asked for: its start fails "
+                                  "(ModuleNotFoundError;")
     assert launcher.alive() == 1
 
     handles[0].reply = RuntimeError("node gone")

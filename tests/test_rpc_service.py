@@ -446,6 +446,27 @@ def test_refused_registers_change_nothing():
     assert table.num_active == 3 and table.free_slots == 0
 
 
+def test_slots_kept_for_the_learners_own_actors_are_not_free_to_others():
+    from muzero.rpc.server import RequestError
+    table, clock = _table(full_hint="start the learner with --remote_envs=N")
+    table.reserve({0: 3, 1: 2})            # the learner's actors 0 and 1: 5 of the 8 slots
+    remote = table.register(100, 1, 3, 4)  # the 3 slots no one keeps
+    with pytest.raises(RequestError) as e:
+        table.register(101, 2, 1, 4)
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.value.message == ("register: num_envs=1 exceeds the 0 free cache slots (cache_slots=8, 1 live leases, "
+                               "5 kept for the learner's own actors): start the learner with --remote_envs=N")
+    own = table.register(0, 7, 3, 4)       # actor 0 gets its 3 although only 5 are free
+    assert own.num_envs == 3 and table.free_slots == 2
+    with pytest.raises(RequestError, match="2 kept"):   # actor 1's 2 are still kept
+        table.register(101, 2, 1, 4)
+    assert table.register(1, 8, 2, 4).num_envs == 2 and table.free_slots == 0
+    table.release(remote.lease_id)         # freed slots are anyone's again
+    assert table.register(101, 2, 3, 4).num_envs == 3
+    with pytest.raises(ValueError, match="reserving 9 of 8"):
+        table.reserve({0: 9})
+
+
 def test_one_lease_takes_at_most_half_the_cache(env):
     server, service, _, client = env               # cache_slots=8
     port = server.port

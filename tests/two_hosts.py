@@ -127,8 +127,12 @@ def _own_namespace(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def _manage() -> None:
-    out = sys.stdout
+def setup_hosts() -> tuple:
+    """Run as root of a user namespace that has its own network namespace (host A): brings
+    up A's loopback, makes host B (a child holding a new network namespace) and the veth pair
+    between them with their addresses. Returns ``(holder, enter_b)``: the process holding B's
+    namespace (kill it to end B) and the command prefix that runs a program on B. Raises
+    OSError (or CalledProcessError) when a step fails, with nothing left behind."""
     holder = None
     try:
         _run("ip", "link", "set", "lo", "up")
@@ -142,10 +146,24 @@ def _manage() -> None:
         enter_b = ["nsenter", "-t", str(holder.pid), "-n", "--preserve-credentials"]
         _run(*enter_b, "ip", "addr", "add", f"{B_ADDRESS}/24", "dev", _VETH_B)
         _run(*enter_b, "ip", "link", "set", _VETH_B, "up")
-    except (subprocess.CalledProcessError, OSError) as e:
+    except (subprocess.CalledProcessError, OSError):
         if holder is not None:
             holder.kill()
             holder.wait()
+        raise
+    return holder, enter_b
+
+
+def set_link(up: bool) -> None:
+    """Brings A's end of the veth up or down (a cut cable; both hosts keep their addresses)."""
+    _run("ip", "link", "set", _VETH_A, "up" if up else "down")
+
+
+def _manage() -> None:
+    out = sys.stdout
+    try:
+        holder, enter_b = setup_hosts()
+    except (subprocess.CalledProcessError, OSError) as e:
         out.write(json.dumps({"error": f"setting up the hosts failed: {getattr(e, 'stderr', '') or e}"}) + "\n")
         out.flush()
         return
@@ -176,7 +194,7 @@ def _manage() -> None:
                 except subprocess.TimeoutExpired:
                     reply = {"code": None}
             elif op == "link":
-                _run("ip", "link", "set", _VETH_A, "up" if request["up"] else "down")
+                set_link(request["up"])
                 reply = {}
             elif op == "close":
                 out.write(json.dumps({}) + "\n")

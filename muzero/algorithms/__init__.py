@@ -53,16 +53,15 @@ def check_env(builder, descriptor) -> None:
 
 
 def check_remote_envs(builder, settings) -> None:
-    """ConfigError for --remote_envs or --remote_lease_s on an algorithm whose remote actors
-    lease no env ids (each step-streaming builder's own check refuses a run with no training
-    env at all)."""
+    """ConfigError for --remote_lease_s on an algorithm whose remote actors lease no env ids
+    (MuZero's lease slots of its latent cache, sized by --remote_envs, and keep them 300 s
+    unused; each step-streaming builder's own check refuses a run with no training env)."""
     from muzero.config import ConfigError
-    if settings.remote_envs and not builder.leases_env_ids:
-        raise ConfigError(f"--remote_envs={settings.remote_envs}: --algo={settings.algo}'s remote actors lease "
-                          "slots of its latent cache (service.cache_slots), not env ids: drop the flag")
-    if settings.remote_lease_s != 60.0 and not builder.leases_env_ids:
+    default = type(settings).__dataclass_fields__["remote_lease_s"].default
+    if settings.remote_lease_s != default and not builder.leases_env_ids:
         raise ConfigError(f"--remote_lease_s={settings.remote_lease_s:g}: --algo={settings.algo}'s remote actors "
-                          "lease slots of its latent cache, whose lease time is --set=service.lease_timeout_s")
+                          "lease slots of its latent cache, which a silent actor keeps for 300 s; --remote_lease_s "
+                          "is for the step-streaming algorithms' env ids")
 
 
 def check_trainable_parts(builder, parts) -> None:

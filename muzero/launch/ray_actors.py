@@ -124,8 +124,10 @@ class _Slot:
         self.handle = handle
         self.pending = None          # ObjectRef of the info() call in flight
         self.pid: Optional[int] = None
+        self.where: Optional[tuple] = None        # (node address, pid) of the running process
         self.running = False
         self.down_since: Optional[float] = None   # monotonic time of the first failed info()
+        self.last_error = ""                      # type of the last failed info()'s error
         self.lost = False
         self.sent_at = 0.0                        # monotonic time of the last info() sent
         self.unplaced_reported = False
@@ -336,27 +338,34 @@ class RayActors(core.Launcher):
                 slot.sent_at = now
             if slot.pid is None and not slot.unplaced_reported and now - self._started_at >= UNPLACED_AFTER_S:
                 slot.unplaced_reported = True
-                self._log(f"ray actor {i} has not started {UNPLACED_AFTER_S:g} s after it was asked for: Ray "
-                          f"has no node with {self._cpus_per_actor:g} free CPU for it (the run asks for "
-                          f"{len(self._slots)} actors; `ray status` shows what is free; give the hosts more "
-                          "--num-cpus or lower --ray_cpus_per_actor)")
+                if slot.last_error:     # placed, but its start keeps failing
+                    self._log(f"ray actor {i} has not started {UNPLACED_AFTER_S:g} s after it was asked for: "
+                              f"its start fails ({slot.last_error}; Ray's worker logs on its node say why: "
+                              "is this package installed there, in the same Python?)")
+                else:                   # its calls wait: Ray has not placed it
+                    self._log(f"ray actor {i} has not started {UNPLACED_AFTER_S:g} s after it was asked for: "
+                              f"Ray has no node with {self._cpus_per_actor:g} free CPU for it (the run asks "
+                              f"for {len(self._slots)} actors; `ray status` shows what is free; give the "
+                              "hosts more --num-cpus or lower --ray_cpus_per_actor)")
 
     def _on_info(self, i: int, slot: _Slot, now: float, info: dict) -> None:
         with self._lock:
-            previous, away = slot.pid, slot.down_since
+            previous, away = slot.where, slot.down_since
             slot.pid, slot.running, slot.down_since = info["pid"], bool(info["running"]), None
+            slot.where = (info.get("node"), info["pid"])
             slot.lost = False
         where = info["host"] + (f" ({info['node']})" if info.get("node") else "")
         seed = f", seed {info['seeds'][0]}" if info.get("seeds") else ""
         if previous is None:
             self._log(f"ray actor {i} joined: pid {info['pid']} on {where}{seed}")
-        elif info["pid"] != previous:
+        elif slot.where != previous:
             self.restarts += 1
             gone = f" after {now - away:.1f} s" if away is not None else ""
             self._log(f"ray actor {i} is back{gone}: restarted by Ray as pid {info['pid']} on {where}{seed}")
 
     def _on_failure(self, i: int, slot: _Slot, now: float, error: Exception) -> None:
         with self._lock:
+            slot.last_error = type(error).__name__
             first = slot.down_since is None
             if first:
                 slot.down_since = now

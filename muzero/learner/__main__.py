@@ -92,8 +92,9 @@ flags.DEFINE_float("ray_cpus_per_actor", None, "--launcher=ray: logical CPUs res
                    "0.5 packs two actors on a core).")
 flags.DEFINE_integer("ray_max_restarts", None, "--launcher=ray: restarts Ray grants each failed actor (-1, the "
                      "default, means without limit).")
-flags.DEFINE_integer("remote_envs", None, "Env ids handed out to actors started on other machines "
-                     "(python -m muzero.actor without --env_id_base); step-streaming algorithms. Default 0.")
+flags.DEFINE_integer("remote_envs", None, "Envs of actors started on other machines (python -m muzero.actor): "
+                     "MuZero makes room for them in its latent cache; step-streaming algorithms hand out that "
+                     "many env ids to actors without --env_id_base. Default 0.")
 flags.DEFINE_float("remote_lease_s", None, "Seconds a remote actor's env id lease lasts unused before its ids "
                    "go back to the pool (step-streaming algorithms). Default 60.")
 flags.DEFINE_integer("learner_devices", None, "Train on N devices (data parallel, MirroredStrategy): the first N "

@@ -62,11 +62,13 @@ class LeaseTable:
     def __init__(self, num_slots: int, max_nodes: int, timeout_s: float,
                  clock: Callable[[], float] = time.monotonic, *, supersede_idle_s: float = 3.0,
                  max_lease_slots: Optional[int] = None, unit: str = "cache slots",
-                 size_name: str = "cache_slots"):
+                 size_name: str = "cache_slots", full_hint: str = ""):
         """``unit`` and ``size_name`` name the slots and the setting that sizes them in the
-        refusals (MuZero: cache slots; the streaming service: remote env ids)."""
+        refusals (MuZero: cache slots; the streaming service: remote env ids); ``full_hint``
+        ends the refusal of a registration that does not fit (what to do about it)."""
         self.num_slots, self.max_nodes, self.timeout_s = num_slots, max_nodes, timeout_s
-        self.unit, self.size_name = unit, size_name
+        self.unit, self.size_name, self.full_hint = unit, size_name, full_hint
+        self.reserved: dict[int, int] = {}
         self.clock = clock
         self.supersede_idle_s = float(supersede_idle_s)
         self.max_lease_slots = num_slots if max_lease_slots is None else int(max_lease_slots)
@@ -80,6 +82,15 @@ class LeaseTable:
     @property
     def num_active(self) -> int:
         return len(self._leases)
+
+    def reserve(self, reservations: dict) -> None:
+        """Keeps ``reservations[actor_id]`` slots for each of those actor ids (the learner's own
+        actors) while it holds no lease: other registrations cannot take them."""
+        with self.lock:
+            total = sum(int(n) for n in reservations.values())
+            if total > self.num_slots:
+                raise ValueError(f"reserving {total} of {self.num_slots} {self.unit}")
+            self.reserved = {int(a): int(n) for a, n in reservations.items()}
 
     @property
     def free_slots(self) -> int:
@@ -110,12 +121,16 @@ class LeaseTable:
                         f"{idle:.1f} s ago; a new run takes it over once it has been idle for "
                         f"{self.supersede_idle_s:g} s: retry in {wait:.1f} s")
             # A refused registration changes nothing: check room before ending the old lease.
-            available = self.free_slots + (self._leases[old_id].num_envs if old_id is not None else 0)
+            # Slots reserved for other actor ids without a lease are not free for this one.
+            kept = sum(n for a, n in self.reserved.items() if a != actor_id and a not in self._by_actor)
+            available = self.free_slots + (self._leases[old_id].num_envs if old_id is not None else 0) - kept
             if available < num_envs:
+                held = f", {kept} kept for the learner's own actors" if kept else ""
                 raise RequestError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"register: num_envs={num_envs} exceeds the {available} free {self.unit} "
-                    f"({self.size_name}={self.num_slots}, {len(self._leases)} live leases)")
+                    f"register: num_envs={num_envs} exceeds the {max(available, 0)} free {self.unit} "
+                    f"({self.size_name}={self.num_slots}, {len(self._leases)} live leases{held})"
+                    + (f": {self.full_hint}" if self.full_hint else ""))
             if old_id is not None:
                 self._end(old_id, LEASE_SUPERSEDED)
             free = np.flatnonzero(self._owner < 0)

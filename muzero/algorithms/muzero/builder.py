@@ -121,16 +121,23 @@ class MuZeroBuilder(core.Builder):
         from muzero.algorithms.muzero.service import MuZeroService
         from muzero.algorithms.muzero.config import CacheServiceConfig
         # One cache slot per acting env (twice, so a restarted actor's new lease never waits
-        # for the old one's timeout), each with a node per simulation plus the root.
-        # The reanalyse worker (targets.reanalyse_fraction > 0) leases one batch of slots too.
-        envs = settings.total_envs
+        # for the old one's timeout), each with a node per simulation plus the root: the
+        # learner's own actors, --remote_envs envs of actors on other machines, and the
+        # reanalyse worker's batch (targets.reanalyse_fraction > 0). The learner's own actors'
+        # slots are kept for them: remote actors cannot take them.
+        from muzero.algorithms.muzero.reanalyse import REANALYSE_ACTOR_ID
+        own = {i: settings.eval_envs_per_actor if i >= settings.num_actors else settings.envs_per_actor
+               for i in range(settings.num_actors + settings.num_eval_actors)}
         if settings.config.targets.reanalyse_fraction > 0 and not settings.config.pretrain.enabled:
-            envs += settings.config.targets.reanalyse_batch_size
+            own[REANALYSE_ACTOR_ID] = settings.config.targets.reanalyse_batch_size
         config = CacheServiceConfig(max_nodes=settings.config.search.num_nodes,
-                                    cache_slots=max(256, 2 * envs))
+                                    cache_slots=max(256, 2 * (sum(own.values()) + settings.remote_envs)))
         service = MuZeroService(learner.trainer.serving, config,
                                 push_segments_handler=learner.push_segments,
                                 learner_info_handler=learner.learner_info)
+        service.leases.reserve(own)
+        service.leases.full_hint = ("actors on other machines need room: start the learner with --remote_envs=N, "
+                                    "N the envs of all of them")
         service.set_weights_version(learner.training_step)
         attach = getattr(learner, "attach_service", None)   # MuZeroLearner: the reanalyse worker's service
         if attach is not None:
