@@ -19,7 +19,8 @@ the same time). Every ``--fault_every`` seconds one fault, in turn:
 With ``--actor_host`` the run spans two hosts made of network namespaces joined by a veth
 pair (``tests/two_hosts.py``): the learner serves on host A's address with TLS and a token
 (``--num_actors=0``; its evaluation actor stays on A), and ``--remote_actors`` actors run on
-host B (``python -m muzero.actor --config=...``), each started again a second after it ends,
+host B (``python -m muzero.actor --config=...``, sharing out CartPole's 128 acting envs; the
+learner has ``--remote_envs=128``), each started again a second after it ends,
 as a service manager would. ``kill_actor`` then kills one of B's actors, and one more fault
 joins the turn:
 
@@ -78,15 +79,20 @@ PROGRESS = re.compile(r"^\[\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
 PORT = 8686
 
 
+# CartPole's default acting envs (one actor of 128), which host B's actors share out.
+REMOTE_ENVS = 128
+
+
 def soak_command(minutes: float, credentials=None):
     """The learner's command; with ``credentials`` (a directory holding cert.pem, key.pem and
     token.txt) it serves on host A's address with TLS and a token and leaves the training
-    actors to host B (``--num_actors=0``; its evaluation actor stays with it)."""
+    actors to host B (``--num_actors=0``, room for REMOTE_ENVS remote envs; its evaluation
+    actor stays with it)."""
     def command(logdir: str, seed: int) -> list:
         cmd = [sys.executable, "-m", "muzero.learner", "--env=cartpole", f"--logdir={logdir}", f"--seed={seed}",
                f"--max_seconds={minutes * 60:g}"]
         if credentials:
-            cmd += ["--num_actors=0", f"--host={A_ADDRESS}", f"--port={PORT}",
+            cmd += ["--num_actors=0", f"--remote_envs={REMOTE_ENVS}", f"--host={A_ADDRESS}", f"--port={PORT}",
                     f"--tls_cert_file={credentials}/cert.pem", f"--tls_key_file={credentials}/key.pem",
                     f"--auth_token_file={credentials}/token.txt"]
         return cmd
@@ -136,7 +142,8 @@ class ActorHost:
         c = self.credentials
         cmd = [*self.enter_b, sys.executable, "-m", "muzero.actor", f"--server={A_ADDRESS}:{PORT}",
                f"--config={self.logdir}/config.json", f"--tls_ca_file={c}/cert.pem",
-               f"--auth_token_file={c}/token.txt", f"--actor_id={100 + i}", f"--seed={self.rng.randrange(2**31)}"]
+               f"--auth_token_file={c}/token.txt", f"--actor_id={100 + i}", f"--seed={self.rng.randrange(2**31)}",
+               f"--envs_per_actor={max(1, REMOTE_ENVS // self.count)}"]
         self.procs[i] = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         self.starts += 1

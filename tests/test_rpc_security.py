@@ -88,6 +88,7 @@ def test_credentials_inline_work_without_the_files(credentials, secure_server, t
     assert config.tls_ca_file is None and config.auth_token_file is None
     assert config.auth_token == TOKEN and config.tls_ca_pem.startswith(b"-----BEGIN CERTIFICATE-----")
     assert TOKEN not in repr(config) and "BEGIN" not in repr(config)
+    assert "auth_token=<set>" in repr(config) and "tls_ca_pem=<" in repr(config)
     with InferenceClient(f"127.0.0.1:{secure_server.port}", actor_id=3, config=config) as c:
         c.register(2, 4)
         assert c.initial_inference(np.array([[1, 5], [0, 1]], np.float32))["value"].tolist() == [6, 1]

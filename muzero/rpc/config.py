@@ -147,6 +147,15 @@ class ClientConfig:
         if self.auth_token is not None:
             check_token(self.auth_token, "ClientConfig.auth_token", "the value given")
 
+    def __repr__(self) -> str:
+        """The fields, with the inline credentials shown only as present (never their values)."""
+        fields = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]
+        if self.tls_ca_pem is not None:
+            fields.append(f"tls_ca_pem=<{len(self.tls_ca_pem)} bytes>")
+        if self.auth_token is not None:
+            fields.append("auth_token=<set>")
+        return f"ClientConfig({', '.join(fields)})"
+
     @property
     def uses_tls(self) -> bool:
         return self.tls_ca_pem is not None or self.tls_ca_file is not None
