@@ -16,6 +16,9 @@ the same time). Every ``--fault_every`` seconds one fault, in turn:
 - ``corrupt``: SIGKILL to the learner, then bytes of the newest checkpoint damaged (the
   four kinds of ``bench/faults.py`` in turn); the restart must fall back to the one before.
 
+No fault starts in the last ``--full_disk_s`` + 150 s of training time, so that the run ends
+with a final checkpoint and export to evaluate.
+
 With ``--actor_host`` the run spans two hosts made of network namespaces joined by a veth
 pair (``tests/two_hosts.py``): the learner serves on host A's address with TLS and a token
 (``--num_actors=0``; its evaluation actor stays on A), and ``--remote_actors`` actors run on
@@ -73,7 +76,10 @@ from tests.two_hosts import A_ADDRESS, set_link, setup_hosts  # noqa: E402
 FAULTS = ("kill_learner", "kill_actor", "full_disk", "corrupt")
 # With --actor_host the training actors run on host B, and B as a whole goes down too.
 HOST_FAULTS = ("kill_learner", "kill_actor", "kill_actor_host", "full_disk", "corrupt")
-PROGRESS = re.compile(r"^\[\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
+PROGRESS = re.compile(r"^\[(?:\d+h)?\d+m\d+s\] step (\d+) .*?\| env steps (\d+)")
+ELAPSED = re.compile(r"^\[(?:(\d+)h)?(\d+)m(\d+)s\] step ")
+# Faults stop this long (plus --full_disk_s) before the run's training time is up.
+FAULT_MARGIN_S = 150.0
 
 
 PORT = 8686
@@ -351,6 +357,15 @@ class Soak:
             self.bench.fail(f"{name}: no config.json from the learner within 300 s; host B's actors not started")
         return host
 
+    def training_left(self, learner: Learner) -> float:
+        """Seconds of training time left: --minutes less the time of the newest progress line
+        (its clock counts across resumes, as --max_seconds does)."""
+        for line in reversed(learner.lines):
+            m = ELAPSED.match(line)
+            if m:
+                return self.args.minutes * 60 - (int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + int(m.group(3)))
+        return self.args.minutes * 60
+
     def kill_remote_actor(self, host: "ActorHost", learner: Learner) -> None:
         victim = host.kill_one()
         if victim is None:
@@ -419,7 +434,9 @@ class Soak:
                 if code != 0 or not learner.wait_for(r"^done: max_seconds", 0):
                     self.bench.fail(f"the learner ended with code {code} before its time was up")
                 break
-            if time.monotonic() < next_fault:
+            if time.monotonic() < next_fault or self.training_left(learner) < a.full_disk_s + FAULT_MARGIN_S:
+                # No fault in the run's last minutes: one there (a disk still full at the
+                # stop) would cost the final checkpoint and export the evaluation plays.
                 time.sleep(0.5)
                 continue
             kind = faults[index % len(faults)]
