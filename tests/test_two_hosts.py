@@ -141,14 +141,21 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     shutil.copy(config, host_b / "config.json")
 
     # Refusals, each one line, with the running learner unaffected: a second learner on the
-    # same port (host A), a wrong token and a plaintext client (host B).
+    # same port (host A), a wrong token, a plaintext client and a client trusting another
+    # certificate (host B).
     (host_b / "wrong.txt").write_text("not-the-token-0123456789abcdef\n")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "1", "-subj", "/CN=other", "-addext", f"subjectAltName=IP:{A_ADDRESS}", "-keyout",
+                    str(host_b / "other-key.pem"), "-out", str(host_b / "other.pem")], check=True, capture_output=True)
     (actor_command,) = _recipe("B")
     wrong_log, plain_log = str(tmp_path / "wrong.log"), str(tmp_path / "plain.log")
     wrong = hosts.spawn("B", _shell(actor_command.replace("token.txt", "wrong.txt").replace("=100", "=7"),
                                     "--max_env_steps=80"), wrong_log, cwd=str(host_b))
     plain = hosts.spawn("B", _shell(actor_command.replace(" --tls_ca_file=cert.pem", "").replace("=100", "=8"),
                                     "--max_env_steps=80"), plain_log, cwd=str(host_b))
+    other_log = str(tmp_path / "other.log")
+    other = hosts.spawn("B", _shell(actor_command.replace("cert.pem", "other.pem").replace("=100", "=9"),
+                                    "--max_env_steps=80"), other_log, cwd=str(host_b))
     actor_log = str(tmp_path / "actor.log")          # the actor that trains, meanwhile
     actor = hosts.spawn("B", _shell(actor_command), actor_log, cwd=str(host_b))
     second_log = str(tmp_path / "second.log")
@@ -167,6 +174,11 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     assert _last_line(_read(plain_log)) == (
         f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 30 s; a learner off loopback serves "
         "with TLS only: pass --tls_ca_file (and --auth_token_file)")
+    assert hosts.wait(other, 120) == 2, _read(other_log)[-2000:]
+    assert _last_line(_read(other_log)) == (
+        f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 30 s; over TLS, a server whose "
+        "certificate --tls_ca_file does not vouch for (or that does not name this address: --tls_server_name) "
+        "fails the same way")
     assert hosts.poll(learner) is None, _read(learner_log)[-3000:]
 
     # Training from host B's actor alone (the learner's own actor only evaluates).

@@ -18,12 +18,17 @@ from muzero.rpc.server import ERROR_TAG_KEY
 
 
 def unreachable(kind: str, address: str, config: ClientConfig, timeout: float) -> ConnectionError:
-    """The error for a server that did not answer in time; without TLS, towards an address off
-    loopback, it adds that such a learner serves TLS only (a plaintext client's handshake fails
-    like an absent server)."""
+    """The error for a server that did not answer in time. A failed TLS handshake looks the same
+    as an absent server, so it adds the likely cause: with TLS, a certificate the CA file does
+    not vouch for; without, towards an address off loopback, that such a learner serves TLS only."""
     host = address.rsplit(":", 1)[0]
-    hint = ("; a learner off loopback serves with TLS only: pass --tls_ca_file (and --auth_token_file)"
-            if not config.uses_tls and not is_loopback(host) else "")
+    if config.uses_tls:
+        hint = ("; over TLS, a server whose certificate --tls_ca_file does not vouch for (or that does not "
+                "name this address: --tls_server_name) fails the same way")
+    elif not is_loopback(host):
+        hint = "; a learner off loopback serves with TLS only: pass --tls_ca_file (and --auth_token_file)"
+    else:
+        hint = ""
     return ConnectionError(f"no {kind} server reachable at {address} within {timeout:g} s{hint}")
 
 
