@@ -15,8 +15,8 @@ compares with them favourably; the table says so.
 
 Each game takes about 40-60 minutes on two cores at 500k env steps (the trainer is the
 bound); run it alone on the machine. ``--root`` keeps every run's logdir
-(``<root>/<Game>-seed<S>``), so the curves can be drawn afterwards with
-``python -m muzero.plot --logdir=<root>/Asterix-seed0,... --out=docs/minatar_curves.png``.
+(``<root>/<Game>-seed<S>``); ``--figure=docs/minatar_curves.png`` draws every game's curves
+(one panel each, with the two baselines), also afterwards from the kept runs with ``--reuse``.
 ``--reuse`` reads a game's finished run instead of running it again.
 
 Last lines (machine-readable), per game G: ``eval_<G>_<N>=<float>`` for each checkpoint N
@@ -64,6 +64,7 @@ def main() -> None:
                         help="safety stop per game (the run normally ends at --env_steps)")
     parser.add_argument("--root", default=os.path.join("runs", "bench", "minatar"))
     parser.add_argument("--reuse", action="store_true", help="read finished runs under --root instead of rerunning")
+    parser.add_argument("--figure", default="", help="also draw every game's curves, one panel each, to this PNG")
     args = parser.parse_args()
     games = [g for g in args.games.split(",") if g]
     unknown = [g for g in games if g not in BASELINES]
@@ -72,7 +73,7 @@ def main() -> None:
     if args.env_steps < 1000:
         parser.error(f"--env_steps={args.env_steps} is too few to evaluate anything (at least 1000)")
     marks = checkpoints(args.env_steps)
-    rows, tail = [], []
+    rows, tail, curves = [], [], []
     for game in games:
         logdir = os.path.join(args.root, f"{game}-seed{args.seed}")
         if not (args.reuse and os.path.exists(os.path.join(logdir, "metrics.jsonl"))):
@@ -81,6 +82,7 @@ def main() -> None:
         recs = records(logdir)
         if not recs:
             raise SystemExit(f"{game}: {logdir}/metrics.jsonl holds no progress record; see the run's output")
+        curves.append((game, recs))
         values = [eval_at(recs, n) for n in marks]
         last = recs[-1]
         minutes, steps = last["time"] / 60.0, int(last["training_step"])
@@ -103,6 +105,34 @@ def main() -> None:
           "with exploration, read off the MinAtar README figure)")
     for line in tail:
         print(line)
+    if args.figure:
+        draw(curves, args.figure, args.seed)
+        print(f"figure={args.figure}")
+
+
+def draw(curves: list, path: str, seed: int) -> None:
+    """One panel per game: the greedy evaluation return (mean of the latest 20 episodes) and
+    the training return against env steps, with DQN's and AC(lambda)'s 5M-frame returns."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
+    for ax, (game, recs) in zip(axes[0], curves):
+        for key, label, style in (("return_eval", "MuZero, greedy evaluation", "-"),
+                                  ("return_train", "MuZero, training episodes", ":")):
+            points = [(r["env_steps"], r[key]) for r in recs if r.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points), style, label=label)
+        dqn, ac = BASELINES[game]
+        ax.axhline(dqn, color="grey", linestyle="--", label="DQN at 5M frames")
+        ax.axhline(ac, color="black", linestyle="-.", label="AC(λ) at 5M frames")
+        ax.set_title(f"{game} (seed {seed})")
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("return")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
