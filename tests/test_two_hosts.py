@@ -152,10 +152,10 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     wrong = hosts.spawn("B", _shell(actor_command.replace("token.txt", "wrong.txt").replace("=100", "=7"),
                                     "--max_env_steps=80"), wrong_log, cwd=str(host_b))
     plain = hosts.spawn("B", _shell(actor_command.replace(" --tls_ca_file=cert.pem", "").replace("=100", "=8"),
-                                    "--max_env_steps=80"), plain_log, cwd=str(host_b))
+                                    "--max_env_steps=80", "--connect_timeout_s=8"), plain_log, cwd=str(host_b))
     other_log = str(tmp_path / "other.log")
     other = hosts.spawn("B", _shell(actor_command.replace("cert.pem", "other.pem").replace("=100", "=9"),
-                                    "--max_env_steps=80"), other_log, cwd=str(host_b))
+                                    "--max_env_steps=80", "--connect_timeout_s=8"), other_log, cwd=str(host_b))
     actor_log = str(tmp_path / "actor.log")          # the actor that trains, meanwhile
     actor = hosts.spawn("B", _shell(actor_command), actor_log, cwd=str(host_b))
     second_log = str(tmp_path / "second.log")
@@ -169,14 +169,14 @@ def test_muzero_trains_from_actors_on_another_host(hosts, tmp_path):
     assert _last_line(_read(wrong_log)) == \
         "error: model_info: UNAUTHENTICATED: missing or wrong 'authorization: Bearer <token>' metadata"
     # A plaintext client's handshake with a TLS server fails like an absent server's, so it
-    # gives up after its connect timeout, saying what a learner off loopback needs.
+    # gives up after its connect timeout (8 s here), saying what a learner off loopback needs.
     assert hosts.wait(plain, 120) == 2, _read(plain_log)[-2000:]
     assert _last_line(_read(plain_log)) == (
-        f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 30 s; a learner off loopback serves "
+        f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 8 s; a learner off loopback serves "
         "with TLS only: pass --tls_ca_file (and --auth_token_file)")
     assert hosts.wait(other, 120) == 2, _read(other_log)[-2000:]
     assert _last_line(_read(other_log)) == (
-        f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 30 s; over TLS, a server whose "
+        f"error: no inference server reachable at {A_ADDRESS}:{PORT} within 8 s; over TLS, a server whose "
         "certificate --tls_ca_file does not vouch for (or that does not name this address: --tls_server_name) "
         "fails the same way")
     assert hosts.poll(learner) is None, _read(learner_log)[-3000:]

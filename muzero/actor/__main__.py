@@ -51,6 +51,8 @@ flags.DEFINE_integer("max_env_steps", 0, "Stop after this many env steps (0 = un
 flags.DEFINE_string("tls_ca_file", None, "PEM certificate to trust (enables TLS).")
 flags.DEFINE_string("tls_server_name", None, "Name the server certificate carries, if not the host name.")
 flags.DEFINE_string("auth_token_file", None, "File holding the learner's auth token.")
+flags.DEFINE_float("connect_timeout_s", 30.0, "Seconds to wait for the learner at the start before giving up "
+                   "(a failed TLS handshake waits as long as an absent learner).")
 algorithms.define_shortcut_flags()
 
 
@@ -99,7 +101,8 @@ def main(argv):
         env_id_base=FLAGS.env_id_base, seed=FLAGS.seed, evaluation=FLAGS.evaluation,
         max_env_steps=FLAGS.max_env_steps, from_config=data is not None,
         client_config=ClientConfig(tls_ca_file=FLAGS.tls_ca_file, tls_server_name=FLAGS.tls_server_name,
-                                   auth_token_file=FLAGS.auth_token_file))
+                                   auth_token_file=FLAGS.auth_token_file,
+                                   connect_timeout_s=FLAGS.connect_timeout_s))
     banner, run_actor = builder.remote_actor(_settings(builder, data), remote)
     print(banner, flush=True)
     run_actor()
