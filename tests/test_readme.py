@@ -54,7 +54,7 @@ def _flags_of(program: str) -> frozenset:
         return frozenset(re.findall(r"^\s+--(?:\[no\])?([a-z_]+)", proc.stdout, re.M))
     proc = subprocess.run([*run, "--help"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return frozenset(re.findall(r"--([a-z_]+)", proc.stdout))     # argparse
+    return frozenset(re.findall(r"--([a-z][a-z_-]*)", proc.stdout))     # argparse (--no-x included)
 
 
 def _split(command: str) -> tuple:
