@@ -6,7 +6,7 @@ Runs ``python -m muzero.learner --env=minatar:<Game> --max_env_steps=N`` (the de
 docs/MINATAR.md, evaluation actors on; nothing else but the bench's logdir and seed) for each
 game in turn, and prints per game the greedy evaluation return at 100k, 250k and N env steps
 (the progress record nearest after each, whose ``return_eval`` is the mean of the latest 20
-greedy episodes), the minutes and training steps the run took, and then a table against the
+greedy episodes, or of as many as had ended), the minutes and training steps the run took, and then a table against the
 baselines of the MinAtar paper (Young & Tian, 2019): DQN's and AC(lambda = 0.8)'s training
 returns after 5 million frames, read off the figure in the MinAtar repository's README (30
 seeds, a moving average of 100 training episodes; MinAtar has no frame skip, so frames are
@@ -41,14 +41,22 @@ BASELINES = {          # game: (DQN, AC(lambda = 0.8))
 }
 
 
-def eval_at(recs: list, env_steps: int) -> float:
-    """The evaluation mean of the first record at or after ``env_steps`` with at least 20
-    evaluation episodes behind it; NaN when the run never got there."""
+def eval_at(recs: list, env_steps: int) -> tuple:
+    """(evaluation mean, evaluation episodes) of the first record at or after ``env_steps``:
+    the mean of its latest 20 evaluation episodes, or of fewer where fewer had ended (long
+    episodes: Freeway's last 2,500 steps); (NaN, 0) when none had, or the run never got there."""
     for r in recs:
-        if r.get("env_steps", 0) >= env_steps and r.get("return_eval") is not None \
-                and r.get("episodes_eval", 0) >= 20:
-            return float(r["return_eval"])
-    return math.nan
+        if r.get("env_steps", 0) >= env_steps:
+            if r.get("return_eval") is None or not r.get("episodes_eval"):
+                return math.nan, 0
+            return float(r["return_eval"]), int(r["episodes_eval"])
+    return math.nan, 0
+
+
+def cell(value: float, episodes: int) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.1f}" if episodes >= 20 else f"{value:.1f} ({episodes} episodes)"
 
 
 def checkpoints(env_steps: int) -> list:
@@ -83,14 +91,15 @@ def main() -> None:
         if not recs:
             raise SystemExit(f"{game}: {logdir}/metrics.jsonl holds no progress record; see the run's output")
         curves.append((game, recs))
-        values = [eval_at(recs, n) for n in marks]
+        evals = [eval_at(recs, n) for n in marks]
+        values = [v for v, _ in evals]
         last = recs[-1]
         minutes, steps = last["time"] / 60.0, int(last["training_step"])
         dqn, ac = BASELINES[game]
         print(f"game={game} " + " ".join(f"eval_{n // 1000}k={v:.2f}" for n, v in zip(marks, values))
               + f" minutes={minutes:.1f} training_steps={steps} env_steps={int(last['env_steps'])}", flush=True)
         final = values[-1]
-        rows.append(f"| {game} | " + " | ".join(f"{v:.1f}" for v in values)
+        rows.append(f"| {game} | " + " | ".join(cell(v, n) for v, n in evals)
                     + f" | {minutes:.1f} | {steps:,} | {dqn:g} | {ac:g} | "
                     + ("yes" if final > dqn else "no") + " |")
         tail += [f"eval_{game}_{n}={v:.3f}" for n, v in zip(marks, values)]
@@ -101,8 +110,9 @@ def main() -> None:
     print("|---|" + "---|" * (len(marks) + 5))
     for row in rows:
         print(row)
-    print("(eval: greedy evaluation mean over the latest 20 episodes; DQN / AC(λ): training returns "
-          "with exploration, read off the MinAtar README figure)")
+    print("(eval: greedy evaluation mean over the latest 20 episodes, or over the episodes shown where "
+          "fewer had ended; -: none had; DQN / AC(λ): training returns with exploration, read off the "
+          "MinAtar README figure)")
     for line in tail:
         print(line)
     if args.figure:
@@ -116,6 +126,7 @@ def draw(curves: list, path: str, seed: int) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), squeeze=False)
     for ax, (game, recs) in zip(axes[0], curves):
         for key, label, style in (("return_eval", "MuZero, greedy evaluation", "-"),
@@ -127,6 +138,9 @@ def draw(curves: list, path: str, seed: int) -> None:
         ax.axhline(dqn, color="grey", linestyle="--", label="DQN at 5M frames")
         ax.axhline(ac, color="black", linestyle="-.", label="AC(λ) at 5M frames")
         ax.set_title(f"{game} (seed {seed})")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:.0f}k"))
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("return")
