@@ -7,22 +7,25 @@ actors and the thin step-streaming actors both run on it. Each actor is one Ray 
 worker process; if the loop ends without being asked to (a crash), the host exits its
 process, and Ray restarts it (up to ``max_restarts`` times; -1 without limit) by running
 the constructor again with the same arguments, which the constructor gives a fresh seed
-(``core.reseeded``; the actor's run id is drawn per process anyway). ``stop`` asks every host to stop its loop
-(:func:`muzero.process.request_stop`, which the actors watch like SIGTERM), waits,
-then kills what is left.
+(``core.reseeded``; the actor's run id is drawn per process anyway). ``stop`` asks every
+host to stop its loop (:func:`muzero.process.request_stop`, which the actors watch like
+SIGTERM), waits, then kills what is left.
 
 Where Ray runs: ``address=""`` starts a Ray instance for this run pinned to 127.0.0.1
-(Ray's loopback-only mode, which it uses by default on macOS and Windows), without the dashboard, with as many logical CPUs as the actors reserve (so that all of
-them are placed even on a 2-core machine); ``"auto"`` or ``host:port`` joins a running
-cluster, whose hosts need this package installed and must reach the learner's address
-(a non-loopback bind needs TLS and a token; see README "Scale-out on Ray").
+(Ray's loopback-only mode, which it uses by default on macOS and Windows), without the
+dashboard, with as many logical CPUs as the actors reserve (so that all of them are placed
+even on a 2-core machine); ``"auto"`` or ``host:port`` joins a running cluster, whose hosts
+need this package installed and must reach the learner's address (a non-loopback bind needs
+TLS and a token; see docs/SCALING.md). The actors' arguments carry the learner's
+certificate and token as values, so those hosts need no credential files.
 
 A monitor thread asks every host for ``info()`` twice a second and logs joins ("ray
 actor 3 joined: pid 1234 on host-a (10.0.0.2), seed 7922"), losses (the host's process
 died; Ray is restarting it), returns after a restart with the time the actor was away,
-and actors Ray has not placed 30 s after the start (no node with free CPUs). A lost actor is only counted, never replaced by the
-launcher: restarting is Ray's job; one away for 30 s is asked every 5 s from then on, and
-logged when it returns.
+and actors not started 30 s after the start (Ray has no node with free CPUs, or their
+start keeps failing). A lost actor is only counted, never replaced by the launcher:
+restarting is Ray's job; one away for 30 s is asked every 5 s from then on, and logged
+when it returns.
 
 Imports Ray only when a launcher starts; never TensorFlow.
 """
