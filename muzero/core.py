@@ -290,10 +290,13 @@ class Preset:
 
     ``sections``: {section: {field: value}} config changes, applied as if given with --set
     (the user's own --set values for the same fields win); ``top``: RunSettings fields
-    (num_actors, envs_per_actor, ...), which the matching flags override."""
+    (num_actors, envs_per_actor, ...), which the matching flags override; ``kinds``: the env
+    kinds (``envs.EnvDescriptor.kind``) it is for, empty for every kind; the learner refuses
+    it on others."""
     description: str
     sections: dict
     top: dict = dataclasses.field(default_factory=dict)
+    kinds: tuple = ()
 
 
 class Builder(abc.ABC):

@@ -124,10 +124,23 @@ def test_preset_sits_over_the_defaults_and_under_the_users_flags():
     assert mine.config.replay.segment_length == FEW_ENV_STEPS.sections["replay"]["segment_length"]
 
 
+def test_small_network_preset_is_for_image_envs_only():
+    from muzero.learner.__main__ import UsageError
+    plain = _cli_settings(["--env=atari"])
+    small = _cli_settings(["--env=atari", "--preset=small_network"])
+    assert (plain.config.network.conv_channels, plain.config.targets.stack_frames) == (32, 8)
+    assert (small.config.network.conv_channels, small.config.network.conv_reduced_channels,
+            small.config.targets.stack_frames) == (16, 8, 4)
+    assert small.config.search == plain.config.search and small.config.training == plain.config.training
+    with pytest.raises(UsageError, match=r"^--preset=small_network is for image envs; --env=cartpole is a "
+                                         r"vector env$"):
+        _cli_settings(["--env=cartpole", "--preset=small_network"])
+
+
 def test_unknown_preset_names_the_known_ones():
     from muzero.learner.__main__ import UsageError
     with pytest.raises(UsageError, match=r"--preset='fast' is not a preset of --algo=muzero \(its presets: "
-                                         r"few_env_steps, offline\)"):
+                                         r"few_env_steps, offline, small_network\)"):
         _cli_settings(["--env=cartpole", "--preset=fast"])
     with pytest.raises(UsageError, match=r"not a preset of --algo=ppo \(its presets: none\)"):
         _cli_settings(["--algo=ppo", "--env=cartpole", "--preset=few_env_steps"])

@@ -222,7 +222,20 @@ OFFLINE = Preset(
     top={"num_actors": 0},
 )
 
-PRESETS = {"few_env_steps": FEW_ENV_STEPS, "offline": OFFLINE}
+# small_network: a smaller conv network for image envs (Atari) on a CPU: half the channels
+# and half the stacked frames: on Atari's 96 x 96 frames a fourth of the default's
+# multiply-adds per representation call, a third per dynamics call (docs/PRESETS.md gives the
+# counts and the measured acting and training rates).
+SMALL_NETWORK = Preset(
+    description="image envs: a 16-channel residual torso (default 32), 4 stacked frames (8), "
+                "8 channels into the heads (16): a quarter to a third of the multiply-adds per "
+                "inference and training step",
+    sections={"network": {"conv_channels": 16, "conv_reduced_channels": 8},
+              "targets": {"stack_frames": 4}},
+    kinds=("image",),
+)
+
+PRESETS = {"few_env_steps": FEW_ENV_STEPS, "offline": OFFLINE, "small_network": SMALL_NETWORK}
 
 
 def run_defaults(env: str) -> RunSettings:
