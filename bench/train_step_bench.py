@@ -3,6 +3,7 @@
     python bench/train_step_bench.py                                   # cartpole, MinAtar Breakout, Atari
     python bench/train_step_bench.py --envs=gym:LunarLander-v3         # needs the box2d extra
     python bench/train_step_bench.py --envs=cartpole,minatar:Breakout --steps=20 --repeats=5
+    python bench/train_step_bench.py --envs=atari --preset=small_network   # a preset's network
 
 For each env the network, batch size, unroll length and stacked frames are the learner's
 defaults for it (``muzero.algorithms.muzero.defaults``; a ``gym:`` id gets its defaults
@@ -37,19 +38,24 @@ import envs  # noqa: E402
 from muzero.algorithms.muzero import defaults  # noqa: E402
 from muzero.algorithms.muzero.learning import make_optimizer  # noqa: E402
 from muzero.algorithms.muzero.network import make_network, make_train_step  # noqa: E402
+from muzero.settings import replace_sections  # noqa: E402
 from layer_skip_bench import ATARI, alternating_medians, synthetic_batch  # noqa: E402
 
-def settings_for(env: str):
-    """(descriptor, run settings) as the learner would use them."""
+def settings_for(env: str, preset: str = ""):
+    """(descriptor, run settings) as the learner would use them, with ``preset``'s sections
+    (``--preset``) over the defaults when one is named."""
     settings = defaults.run_defaults(env)
     descriptor = ATARI if env == "atari" else envs.describe(env)
     settings, _ = defaults.fit_run_defaults(settings, descriptor, {})
+    if preset:
+        settings = replace_sections(settings, defaults.PRESETS[preset].sections)
     return descriptor, settings
 
 
-def make_stepper(env: str, jit: bool):
-    """A function running one training step of ``env``'s default MuZero and returning its loss."""
-    descriptor, settings = settings_for(env)
+def make_stepper(env: str, jit: bool, preset: str = ""):
+    """A function running one training step of ``env``'s MuZero (its defaults, under
+    ``preset`` when one is named) and returning its loss."""
+    descriptor, settings = settings_for(env, preset)
     config = settings.config
     net = make_network(descriptor, config.network, config.targets.stack_frames, seed=0)
     optimizer = make_optimizer(config.training)
@@ -74,13 +80,18 @@ def main() -> None:
                              "beyond make test's)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per timed repeat")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--preset", default="", help="time the network of this MuZero preset (of: "
+                        f"{', '.join(sorted(defaults.PRESETS))}) instead of the env's default one")
     args = parser.parse_args()
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be >= 1")
+    if args.preset and args.preset not in defaults.PRESETS:
+        parser.error(f"--preset={args.preset!r}: known presets are {', '.join(sorted(defaults.PRESETS))}")
     results = []
     for env in [e for e in args.envs.split(",") if e]:
         start = time.perf_counter()
-        graph, xla = alternating_medians(make_stepper(env, False), make_stepper(env, True), args.steps, args.repeats)
+        graph, xla = alternating_medians(make_stepper(env, False, args.preset), make_stepper(env, True, args.preset),
+                                         args.steps, args.repeats)
         results.append((re.sub(r"[^0-9A-Za-z]+", "_", env), graph, xla))
         print(f"{env}: graph {graph:.2f} steps/s, xla {xla:.2f} steps/s ({time.perf_counter() - start:.0f} s)",
               flush=True)
