@@ -27,6 +27,10 @@ class RunSettings:
     config: Any
     algo: str                      # the name muzero.algorithms.get knows it by
     env_options: dict = dataclasses.field(default_factory=dict)
+    # Env options the evaluation actors' envs take over env_options (e.g. a shorter
+    # max_episode_steps, so that a greedy policy that idles for ever cannot hold the
+    # evaluation for the env's whole step limit).
+    eval_env_options: dict = dataclasses.field(default_factory=dict)
     num_actors: int = 2
     envs_per_actor: int = 16
     num_eval_actors: int = 1
@@ -112,8 +116,14 @@ class RunSettings:
                 if getattr(self, name) != default:
                     raise ConfigError(f"RunSettings.{name}={getattr(self, name)!r} applies to launcher='ray' only "
                                       f"(this run has launcher={self.launcher!r}): add --launcher=ray or drop it")
-        if not isinstance(self.env_options, dict):
-            raise ConfigError(f"RunSettings.env_options={self.env_options!r} is invalid: must be a JSON object")
+        for name in ("env_options", "eval_env_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"RunSettings.{name}={getattr(self, name)!r} is invalid: must be a JSON object")
+
+    def env_options_for(self, evaluation: bool) -> dict:
+        """The env options of an actor's envs: env_options, with eval_env_options over them
+        for evaluation actors."""
+        return {**self.env_options, **self.eval_env_options} if evaluation else dict(self.env_options)
 
     @property
     def total_envs(self) -> int:

@@ -137,6 +137,31 @@ def test_small_network_preset_is_for_image_envs_only():
         _cli_settings(["--env=cartpole", "--preset=small_network"])
 
 
+def test_evaluation_actors_take_eval_env_options_over_env_options():
+    from muzero.algorithms.muzero.builder import BUILDER
+    from muzero.learner.__main__ import UsageError
+    settings = _cli_settings(["--env=minatar:Breakout", '--env_options={"sticky_actions": 0.0}'])
+    assert settings.eval_env_options == {"max_episode_steps": 2500}        # MinAtar's default
+    assert settings.env_options_for(evaluation=False) == {"sticky_actions": 0.0}
+    assert settings.env_options_for(evaluation=True) == {"sticky_actions": 0.0, "max_episode_steps": 2500}
+    # actor 0 trains, actor 1 (num_actors=1) evaluates
+    train_actor, = BUILDER.actor_args(settings, 0, "127.0.0.1:1", None, 0)
+    eval_actor, = BUILDER.actor_args(settings, 1, "127.0.0.1:1", None, 0)
+    assert (train_actor.evaluation, eval_actor.evaluation) == (False, True)
+    assert train_actor.env_options == {"sticky_actions": 0.0}
+    assert eval_actor.env_options == {"sticky_actions": 0.0, "max_episode_steps": 2500}
+    # The flag replaces the default; '{}' turns it off; other envs have none.
+    assert _cli_settings(["--env=minatar:Breakout", '--eval_env_options={"max_episode_steps": 900}']
+                         ).eval_env_options == {"max_episode_steps": 900}
+    assert _cli_settings(["--env=minatar:Breakout", "--eval_env_options={}"]).eval_env_options == {}
+    assert _cli_settings(["--env=cartpole"]).eval_env_options == {}
+    with pytest.raises(UsageError, match=r"^--eval_env_options=\{\"max_episode_steps\": 0\} for --env=minatar:Breakout: "
+                                         r"max_episode_steps=0 must be an integer >= 1$"):
+        _cli_settings(["--env=minatar:Breakout", '--eval_env_options={"max_episode_steps": 0}'])
+    with pytest.raises(ConfigError, match=r"RunSettings.eval_env_options=\[\] is invalid: must be a JSON object"):
+        dataclasses.replace(settings, eval_env_options=[])
+
+
 def test_unknown_preset_names_the_known_ones():
     from muzero.learner.__main__ import UsageError
     with pytest.raises(UsageError, match=r"--preset='fast' is not a preset of --algo=muzero \(its presets: "

@@ -461,6 +461,6 @@ def streaming_actor_args(settings, index: int, address: str, client_config) -> t
     else:
         num_envs = settings.envs_per_actor
         base = index * num_envs
-    return (StreamingActorSettings(server=address, env=settings.env, env_options=dict(settings.env_options),
+    return (StreamingActorSettings(server=address, env=settings.env, env_options=settings.env_options_for(evaluation),
                                    num_envs=num_envs, env_id_base=base, seed=settings.seed,
                                    evaluation=evaluation, client_config=client_config),)

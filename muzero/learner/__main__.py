@@ -37,6 +37,9 @@ flags.DEFINE_string("algo", algorithms.DEFAULT, "Algorithm: " + "; ".join(
 flags.DEFINE_string("env", "cartpole", "Env name: cartpole, tictactoe, atari, reach (a goal env) or "
                     "gym:<Gymnasium id>.")
 flags.DEFINE_string("env_options", "{}", "JSON object of env options, e.g. '{\"game\": \"Breakout\"}' for atari.")
+flags.DEFINE_string("eval_env_options", None, "JSON object of env options the evaluation actors take over "
+                    "--env_options, e.g. '{\"max_episode_steps\": 2500}' to end greedy episodes sooner "
+                    "(minatar: ids default to that; '{}' turns it off). Default: the env's defaults.")
 flags.DEFINE_string("logdir", None, "Log directory (checkpoints, TensorBoard, config.json, metrics.jsonl, "
                     "exports). Default: runs/<algo>_<env> (runs/<env> for the default algorithm). An existing "
                     "checkpoint there is resumed.")
@@ -149,11 +152,23 @@ def build_settings():
         raise UsageError(str(e)) from None
     if options:
         settings = dataclasses.replace(settings, env_options={**settings.env_options, **options})
+    if FLAGS.eval_env_options is not None:
+        try:
+            settings = dataclasses.replace(settings, eval_env_options=json_object_flag(
+                "eval_env_options", FLAGS.eval_env_options))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     import envs
     try:
         descriptor = envs.describe(settings.env, **settings.env_options)
     except Exception as e:  # unknown env or module (e.g. gym:nosuchmodule:Foo-v0), bad --env_options
         raise UsageError(f"--env={settings.env!r} with options {settings.env_options}: {e}") from None
+    if settings.eval_env_options:
+        try:
+            envs.describe(settings.env, **settings.env_options_for(evaluation=True))
+        except Exception as e:
+            raise UsageError(f"--eval_env_options={json.dumps(settings.eval_env_options)} for --env="
+                             f"{settings.env}: {e}") from None
     changes: dict = {}
     if FLAGS.preset:
         presets = algorithms.get(settings.algo).presets

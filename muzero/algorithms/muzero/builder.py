@@ -220,7 +220,7 @@ def _actor_settings(settings, *, server, envs_per_actor, actor_id, seed, evaluat
     cfg: MuZeroConfig = settings.config
     is_image = envs.describe(settings.env, **settings.env_options).is_image
     return ActorSettings(
-        server=server, env=settings.env, search=cfg.search, env_options=dict(settings.env_options),
+        server=server, env=settings.env, search=cfg.search, env_options=settings.env_options_for(evaluation),
         envs_per_actor=envs_per_actor, actor_id=actor_id, seed=seed, evaluation=evaluation,
         stack_frames=cfg.targets.frames_for(is_image), segment_length=cfg.replay.segment_length,
         max_env_steps=max_env_steps, client_config=client_config, random_policy=cfg.pretrain.enabled)

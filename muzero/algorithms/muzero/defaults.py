@@ -176,6 +176,11 @@ def _minatar(env: str) -> RunSettings:
         # competes with the trainer) with 64 envs per search batch, and one evaluation actor
         # whose 8 greedy envs give the progress line's evaluation return.
         num_actors=1, envs_per_actor=64, num_eval_actors=1, eval_envs_per_actor=8,
+        # Evaluation episodes end after 2,500 steps (Freeway's own length) instead of the env's
+        # 10,000: an evaluation actor makes ~3 steps/s per env here, and in a Seaquest run whose
+        # early greedy play scored nothing and never died no evaluation episode ended in 52
+        # minutes (docs/MINATAR.md).
+        eval_env_options={"max_episode_steps": 2_500},
         checkpoint_every_secs=120.0,
     )
 
