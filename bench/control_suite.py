@@ -29,7 +29,7 @@ TASKS = {
     "gym:CartPole-v1": (475.0, 5.0, "rl-zoo DQN / PPO: 500 at 50k / 100k env steps"),
     "gym:Acrobot-v1": (-100.0, 10.0, "rl-zoo DQN-family: about -75 within 100k env steps"),
     "gym:LunarLander-v3": (200.0, 30.0, "rl-zoo DQN 154 +- 79 at 100k; PPO 242 +- 32 at 1M"),
-    "gym:MountainCar-v0": (-120.0, 30.0, "-"),
+    "gym:MountainCar-v0": (-120.0, 30.0, "rl-zoo DQN: -103 +- 7 at 120k env steps"),
 }
 
 

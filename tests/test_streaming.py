@@ -432,13 +432,18 @@ def test_service_checks_the_policy():
 # ----------------------------------------------------------------------------- thin actor
 
 def test_streaming_actor_args_partition_env_ids():
-    from types import SimpleNamespace
-    settings = SimpleNamespace(env="cartpole", env_options={}, num_actors=2, envs_per_actor=8,
-                               num_eval_actors=2, eval_envs_per_actor=3, seed=5)
+    import dataclasses
+
+    from muzero import algorithms
+    settings = dataclasses.replace(algorithms.get("vtrace").default_settings("cartpole"), num_actors=2,
+                                   envs_per_actor=8, num_eval_actors=2, eval_envs_per_actor=3, seed=5,
+                                   eval_env_options={"max_episode_steps": 100})
     got = [streaming_actor_args(settings, i, "127.0.0.1:1", None)[0] for i in range(4)]
     assert [(a.env_id_base, a.num_envs, a.evaluation) for a in got] == [
         (0, 8, False), (8, 8, False), (16, 3, True), (19, 3, True)]
     assert all(a.server == "127.0.0.1:1" and a.env == "cartpole" and a.seed == 5 for a in got)
+    # Evaluation actors' envs take eval_env_options; training actors' do not.
+    assert [a.env_options for a in got] == [{}, {}, {"max_episode_steps": 100}, {"max_episode_steps": 100}]
     with pytest.raises(ValueError, match="out of range"):
         streaming_actor_args(settings, 4, "127.0.0.1:1", None)
     import pickle
