@@ -4,7 +4,8 @@ actually gets, and what its search sees, for every export of a run.
     python bench/diagnose_values.py --logdir=runs/bench/control/gym_Acrobot-v1-seed0 [--episodes=10]
 
 Plays each export (``<logdir>/export/step-<N>``, oldest first) greedily for ``--episodes``
-episodes on vector envs and prints one line per export:
+episodes (single-player envs: vector ones, and image ones such as ``minatar:`` ids, whose
+frames it stacks as the evaluator does) and prints one line per export:
 
 - ``ended``: the share of episodes that terminated (reached the goal) rather than being cut
   off by the time limit, and ``len``: their mean length;
@@ -48,17 +49,23 @@ def diagnose(export_dir: str, episodes: int, num_envs: int, seed: int) -> dict:
     from muzero.algorithms.muzero.evaluator import SavedModelPlayer, load_run, search_config_from_run
     run = load_run(export_dir)
     search = search_config_from_run(run)
+    from muzero.observation import FrameHistory
     batch = envs.make_batch(run["env"], num_envs, seed=seed, **run.get("env_options", {}))
-    if batch.descriptor.is_image or batch.descriptor.two_player:
-        raise SystemExit("diagnose_values plays single-player vector envs only")
+    if batch.descriptor.two_player:
+        raise SystemExit("diagnose_values plays single-player envs only")
     player = SavedModelPlayer(export_dir, search, num_envs)
+    history = (FrameHistory(num_envs, batch.descriptor.observation_shape, int(run.get("stack_frames", 1)),
+                            batch.descriptor.num_actions) if batch.descriptor.is_image else None)
     rng = np.random.default_rng(seed)
     a = batch.descriptor.num_actions
     open_eps = [dict(values=[], rewards=[]) for _ in range(num_envs)]
     done, spreads, entropies = [], [], []
     step = batch.reset()
+    if history is not None:
+        history.start(step.observation, np.ones(num_envs, bool))
     while len(done) < episodes:
-        actions = player.act(step.observation, step.legal_mask, step.to_play, rng)
+        actions = player.act(step.observation if history is None else history.network_input(),
+                             step.legal_mask, step.to_play, rng)
         result = player.last_result
         visits = result.visit_counts.astype(np.float64)
         q = np.where(visits > 0, result.root_q, np.nan)
@@ -66,14 +73,18 @@ def diagnose(export_dir: str, episodes: int, num_envs: int, seed: int) -> dict:
         p = visits / np.maximum(visits.sum(axis=1, keepdims=True), 1)
         entropies.extend(-np.sum(np.where(p > 0, p * np.log(np.maximum(p, 1e-12)), 0.0), axis=1) / np.log(a))
         nxt = batch.step(actions)
+        final = nxt.final_observation if nxt.final_observation is not None else nxt.observation
+        if history is not None:   # the ended episodes' last inputs, then their new episodes' first
+            history.push(final, actions)
+            final = history.network_input()
+            history.start(nxt.observation, nxt.done)
         for i in range(num_envs):
             open_eps[i]["values"].append(float(player.last_root_value[i]))
             open_eps[i]["rewards"].append(float(nxt.reward[i]))
             if nxt.episode_length[i] >= 0:
                 tail = 0.0
                 if not nxt.terminated[i]:   # cut off: bootstrap from the value of the last observation
-                    last = nxt.final_observation[i] if nxt.final_observation is not None else nxt.observation[i]
-                    out = player._call(player._initial, observation=last[None].astype(player.input_dtype))
+                    out = player._call(player._initial, observation=final[i][None].astype(player.input_dtype))
                     tail = float(out["value"][0])
                 g = discounted_returns(open_eps[i]["rewards"], search.discount, tail)
                 done.append(dict(values=np.array(open_eps[i]["values"]), returns=g, ended=bool(nxt.terminated[i]),
