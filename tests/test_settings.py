@@ -150,6 +150,9 @@ def test_evaluation_actors_take_eval_env_options_over_env_options():
     assert (train_actor.evaluation, eval_actor.evaluation) == (False, True)
     assert train_actor.env_options == {"sticky_actions": 0.0}
     assert eval_actor.env_options == {"sticky_actions": 0.0, "max_episode_steps": 2500}
+    # MinAtar also evaluates by Gumbel's root; the training actors search by pUCT.
+    assert train_actor.search.for_evaluation().root_selection == "gumbel"
+    assert (train_actor.search.root_selection, eval_actor.search.root_selection) == ("puct", "puct")
     # The flag replaces the default; '{}' turns it off; other envs have none.
     assert _cli_settings(["--env=minatar:Breakout", '--eval_env_options={"max_episode_steps": 900}']
                          ).eval_env_options == {"max_episode_steps": 900}

@@ -143,8 +143,13 @@ def _minatar(env: str) -> RunSettings:
         config=MuZeroConfig(
             # 25 simulations (CartPole's): at most 6 actions; the search's cost per env step
             # is what limits acting on 2 cores.
+            # Evaluation by Gumbel's root (argmax of log prior + sigma(completed Q) over searched
+            # actions): pUCT's 25 simulations seldom visit actions of small prior, and its most
+            # visited move scored lower on 8 of 9 MinAtar exports (Asterix 2.65 against 6.00,
+            # SpaceInvaders 38.8 against 48.3; docs/MINATAR.md).
             search=SearchConfig(num_simulations=25, discount=discount, temperature=1.0,
-                                temperature_steps=(5_000, 10_000), temperature_factors=(1.0, 0.5, 0.25)),
+                                temperature_steps=(5_000, 10_000), temperature_factors=(1.0, 0.5, 0.25),
+                                eval_root_selection="gumbel"),
             # 4 stacked frames: the trail planes already show motion (the paper's DQN sees one
             # frame), but timers do not (Freeway's chicken moves every 3rd step, shots cool
             # down for 5); the last frames and actions show some of them. On 10 x 10 frames the
