@@ -47,9 +47,9 @@ def discounted_returns(rewards: list, discount: float, tail: float) -> np.ndarra
 def diagnose(export_dir: str, episodes: int, num_envs: int, seed: int) -> dict:
     import envs
     from muzero.algorithms.muzero.evaluator import SavedModelPlayer, load_run, search_config_from_run
+    from muzero.observation import FrameHistory
     run = load_run(export_dir)
     search = search_config_from_run(run)
-    from muzero.observation import FrameHistory
     batch = envs.make_batch(run["env"], num_envs, seed=seed, **run.get("env_options", {}))
     if batch.descriptor.two_player:
         raise SystemExit("diagnose_values plays single-player envs only")
