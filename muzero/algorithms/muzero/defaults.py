@@ -145,7 +145,7 @@ def _minatar(env: str) -> RunSettings:
             # is what limits acting on 2 cores.
             # Evaluation by Gumbel's root (argmax of log prior + sigma(completed Q) over searched
             # actions): pUCT's 25 simulations seldom visit actions of small prior, and its most
-            # visited move scored lower on 8 of 9 MinAtar exports (Asterix 2.65 against 6.00,
+            # visited move scored lower on 8 of 9 MinAtar exports (Asterix 1.78 against 6.00,
             # SpaceInvaders 38.8 against 48.3; docs/MINATAR.md).
             search=SearchConfig(num_simulations=25, discount=discount, temperature=1.0,
                                 temperature_steps=(5_000, 10_000), temperature_factors=(1.0, 0.5, 0.25),
