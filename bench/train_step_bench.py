@@ -48,9 +48,9 @@ def settings_for(env: str, preset: str = ""):
     descriptor = ATARI if env == "atari" else envs.describe(env)
     settings, _ = defaults.fit_run_defaults(settings, descriptor, {})
     if preset:
-        kinds = defaults.PRESETS[preset].kinds
-        if kinds and descriptor.kind not in kinds:
-            raise SystemExit(f"--preset={preset} is for {' and '.join(kinds)} envs; {env} is a {descriptor.kind} env")
+        reason = defaults.PRESETS[preset].refusal(descriptor)
+        if reason:
+            raise SystemExit(f"--preset={preset} {reason}; {env} is a {descriptor.kind} env")
         settings = replace_sections(settings, defaults.PRESETS[preset].sections)
     return descriptor, settings
 

@@ -298,6 +298,13 @@ class Preset:
     top: dict = dataclasses.field(default_factory=dict)
     kinds: tuple = ()
 
+    def refusal(self, descriptor) -> Optional[str]:
+        """Why the preset does not apply to an env with this descriptor ("is for image envs"),
+        or None where it does."""
+        if self.kinds and descriptor.kind not in self.kinds:
+            return f"is for {' and '.join(self.kinds)} envs"
+        return None
+
 
 class Builder(abc.ABC):
     """Makes one algorithm's parts. One instance per algorithm, in ``muzero.algorithms``.

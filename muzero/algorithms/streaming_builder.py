@@ -70,8 +70,7 @@ class StreamingBuilder(core.Builder):
             raise ValueError("--envs_per_actor is required without --config")
         actor = StreamingActorSettings(
             server=remote.server, env=settings.env, env_options=settings.env_options_for(remote.evaluation),
-            num_envs=num_envs,
-            env_id_base=remote.env_id_base, seed=remote.seed, evaluation=remote.evaluation,
+            num_envs=num_envs, env_id_base=remote.env_id_base, seed=remote.seed, evaluation=remote.evaluation,
             client_config=remote.client_config, max_env_steps=remote.max_env_steps, actor_id=remote.actor_id)
         ids = ("leased from the learner" if actor.env_id_base is None
                else f"{actor.env_id_base}..{actor.env_id_base + actor.num_envs - 1}")

@@ -176,9 +176,9 @@ def build_settings():
             raise UsageError(f"--preset={FLAGS.preset!r} is not a preset of --algo={settings.algo} "
                              f"(its presets: {', '.join(sorted(presets)) or 'none'})")
         preset = presets[FLAGS.preset]
-        if preset.kinds and descriptor.kind not in preset.kinds:
-            raise UsageError(f"--preset={FLAGS.preset} is for {' and '.join(preset.kinds)} envs; "
-                             f"--env={settings.env} is a {descriptor.kind} env")
+        reason = preset.refusal(descriptor)
+        if reason:
+            raise UsageError(f"--preset={FLAGS.preset} {reason}; --env={settings.env} is a {descriptor.kind} env")
         changes = {section: dict(fields) for section, fields in preset.sections.items()}
         settings = dataclasses.replace(settings, **preset.top)
     for flag, section, field in (("batch_size", "training", "batch_size"), ("learning_rate", "training", "learning_rate")):
